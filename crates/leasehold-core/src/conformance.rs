@@ -1,0 +1,310 @@
+//! The conformance suite: the whole contract of CONTRACT.md §1, run against any backend. Every
+//! backend's tests call [`run`] (and [`mutual_exclusion`] for contention). Failures panic with the
+//! name of the check, as a test wants.
+//!
+//! Timing checks use generous bounds: they prove behaviour on a loaded 2-core CI machine, they are not
+//! benchmarks.
+
+use crate::{Client, Error, ErrorKind, Lease, MAX_KEY_LEN};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const LONG: Duration = Duration::from_secs(30);
+
+/// Runs every check. `new_client` must return a fresh client on the same backend each call (two
+/// clients stand for two processes).
+pub fn run(new_client: &dyn Fn() -> Client) {
+    let a = new_client();
+    let b = new_client();
+    let checks: &[(&str, fn(&Client, &Client))] = &[
+        ("acquire_gives_token_fence_remaining", acquire_gives_token_fence_remaining),
+        ("held_key_is_not_acquired", held_key_is_not_acquired),
+        ("release_frees_and_fence_increases", release_frees_and_fence_increases),
+        ("release_twice_is_invalid", release_twice_is_invalid),
+        ("drop_releases", drop_releases),
+        ("extend_by_owner_keeps_the_key", extend_by_owner_keeps_the_key),
+        ("expired_lease_is_taken_over", expired_lease_is_taken_over),
+        ("late_release_is_lost_and_holder_keeps_key", late_release_is_lost_and_holder_keeps_key),
+        ("late_extend_is_lost", late_extend_is_lost),
+        ("acquire_waits_for_release", acquire_waits_for_release),
+        ("acquire_gives_up_after_wait", acquire_gives_up_after_wait),
+        ("binary_keys_work_and_differ", binary_keys_work_and_differ),
+        ("bad_inputs_are_rejected_and_harmless", bad_inputs_are_rejected_and_harmless),
+        ("fence_strictly_increases", fence_strictly_increases),
+        ("inspect_reports_state", inspect_reports_state),
+        ("lease_outlives_its_client", lease_outlives_its_client),
+    ];
+    for (name, check) in checks {
+        eprintln!("conformance[{}]: {name}", a.backend_name());
+        check(&a, &b);
+    }
+}
+
+fn key(label: &str) -> Vec<u8> {
+    use std::sync::atomic::AtomicU64;
+    static N: AtomicU64 = AtomicU64::new(0);
+    let mut random = [0u8; 8];
+    let _ = getrandom::fill(&mut random);
+    format!(
+        "conformance:{label}:{:016x}:{}",
+        u64::from_le_bytes(random),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+    .into_bytes()
+}
+
+fn kind<T: std::fmt::Debug>(r: Result<T, Error>) -> ErrorKind {
+    match r {
+        Ok(v) => panic!("expected an error, got Ok({v:?})"),
+        Err(e) => e.kind(),
+    }
+}
+
+fn acquire_gives_token_fence_remaining(a: &Client, _: &Client) {
+    let ttl = Duration::from_secs(10);
+    let lease = a.try_acquire(key("basic"), ttl).expect("try_acquire a free key");
+    let token = lease.token();
+    assert_eq!(token.as_str().len(), 32);
+    assert!(token.as_str().bytes().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+    assert!(lease.fence() >= 1, "fences start at 1");
+    let left = lease.remaining();
+    assert!(left > Duration::from_secs(5) && left < ttl, "remaining {left:?}");
+    assert!(lease.is_held());
+    let other = a.try_acquire(key("basic"), ttl).expect("another key");
+    assert_ne!(other.token(), token, "tokens are unique per acquisition");
+    lease.release().expect("release");
+    other.release().expect("release");
+}
+
+fn held_key_is_not_acquired(a: &Client, b: &Client) {
+    let k = key("held");
+    let lease = a.try_acquire(&k, LONG).unwrap();
+    assert_eq!(kind(b.try_acquire(&k, LONG)), ErrorKind::NotAcquired);
+    assert_eq!(kind(a.try_acquire(&k, LONG)), ErrorKind::NotAcquired, "not reentrant");
+    lease.release().unwrap();
+}
+
+fn release_frees_and_fence_increases(a: &Client, b: &Client) {
+    let k = key("release");
+    let first = a.try_acquire(&k, LONG).unwrap();
+    let f1 = first.fence();
+    first.release().unwrap();
+    let second = b.try_acquire(&k, LONG).expect("free after release");
+    assert!(second.fence() > f1, "fence {} after {f1}", second.fence());
+    second.release().unwrap();
+}
+
+fn release_twice_is_invalid(a: &Client, _: &Client) {
+    let mut lease = a.try_acquire(key("twice"), LONG).unwrap();
+    lease.release_in_place().unwrap();
+    assert!(lease.is_released());
+    assert_eq!(lease.remaining(), Duration::ZERO);
+    let err = lease.release_in_place().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert!(err.to_string().contains("already released"), "{err}");
+    assert_eq!(kind(lease.extend(LONG)), ErrorKind::InvalidArgument);
+}
+
+fn drop_releases(a: &Client, b: &Client) {
+    let k = key("drop");
+    drop(a.try_acquire(&k, LONG).unwrap());
+    b.try_acquire(&k, LONG).expect("dropped lease was released").release().unwrap();
+}
+
+fn extend_by_owner_keeps_the_key(a: &Client, b: &Client) {
+    let k = key("extend");
+    let mut lease = a.try_acquire(&k, Duration::from_millis(400)).unwrap();
+    lease.extend(Duration::from_secs(20)).expect("owner extends");
+    assert!(lease.remaining() > Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(kind(b.try_acquire(&k, LONG)), ErrorKind::NotAcquired, "extended past the first TTL");
+    lease.extend(Duration::from_millis(50)).expect("extend may shorten");
+    assert!(lease.remaining() <= Duration::from_millis(50));
+    lease.release().unwrap();
+}
+
+fn expired_lease_is_taken_over(a: &Client, b: &Client) {
+    let k = key("expiry");
+    let lease = a.try_acquire(&k, Duration::from_millis(100)).unwrap();
+    std::thread::sleep(Duration::from_millis(350));
+    assert!(!lease.is_held(), "remaining is local and conservative");
+    let taker = b.try_acquire(&k, LONG).expect("an expired lease frees the key");
+    assert!(taker.fence() > lease.fence());
+    taker.release().unwrap();
+    assert_eq!(kind(lease.release()), ErrorKind::Lost);
+}
+
+/// The seeds' central scenario: A's lease expires during its work, B takes the key, A's late release
+/// is refused and B still holds the key.
+fn late_release_is_lost_and_holder_keeps_key(a: &Client, b: &Client) {
+    let k = key("late-release");
+    let mut stale = a.try_acquire(&k, Duration::from_millis(100)).unwrap();
+    std::thread::sleep(Duration::from_millis(350));
+    let holder = b.try_acquire(&k, LONG).unwrap();
+    let err = stale.release_in_place().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
+    assert_eq!(kind(a.try_acquire(&k, LONG)), ErrorKind::NotAcquired, "B still holds it");
+    let mut holder = holder;
+    holder.extend(LONG).expect("B's lease is intact");
+    holder.release().expect("B releases its own lease");
+}
+
+fn late_extend_is_lost(a: &Client, b: &Client) {
+    let k = key("late-extend");
+    let mut stale = a.try_acquire(&k, Duration::from_millis(100)).unwrap();
+    std::thread::sleep(Duration::from_millis(350));
+    let holder = b.try_acquire(&k, LONG).unwrap();
+    assert_eq!(kind(stale.extend(LONG)), ErrorKind::Lost);
+    assert_eq!(stale.remaining(), Duration::ZERO);
+    assert_eq!(kind(stale.release()), ErrorKind::Lost);
+    assert_eq!(kind(a.try_acquire(&k, LONG)), ErrorKind::NotAcquired);
+    holder.release().unwrap();
+}
+
+fn acquire_waits_for_release(a: &Client, b: &Client) {
+    let k = key("wait");
+    let lease = a.try_acquire(&k, LONG).unwrap();
+    let fence = lease.fence();
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(150));
+        lease.release().unwrap();
+    });
+    let start = Instant::now();
+    let next = b
+        .acquire(&k, LONG, Duration::from_secs(20))
+        .expect("waiter gets the released key");
+    let waited = start.elapsed();
+    releaser.join().unwrap();
+    assert!(waited >= Duration::from_millis(100), "waited {waited:?}");
+    assert!(waited < Duration::from_secs(10), "waited {waited:?}");
+    assert!(next.fence() > fence);
+    next.release().unwrap();
+}
+
+fn acquire_gives_up_after_wait(a: &Client, b: &Client) {
+    let k = key("timeout");
+    let lease = a.try_acquire(&k, LONG).unwrap();
+    let start = Instant::now();
+    assert_eq!(
+        kind(b.acquire(&k, LONG, Duration::from_millis(300))),
+        ErrorKind::NotAcquired
+    );
+    let waited = start.elapsed();
+    assert!(waited >= Duration::from_millis(290), "gave up early: {waited:?}");
+    assert!(waited < Duration::from_secs(5), "gave up late: {waited:?}");
+    assert_eq!(kind(b.acquire(&k, LONG, Duration::ZERO)), ErrorKind::NotAcquired);
+    lease.release().unwrap();
+}
+
+fn binary_keys_work_and_differ(a: &Client, b: &Client) {
+    let base = key("binary");
+    let mut odd = base.clone();
+    odd.extend_from_slice(b"\0\xff\xfe*?[]{}'\"%_\\\n ");
+    let mut longest = odd.clone();
+    longest.resize(MAX_KEY_LEN, b'z');
+    let mut near = longest.clone();
+    *near.last_mut().unwrap() = b'y';
+    let held: Vec<Lease> = [&base, &odd, &longest, &near]
+        .iter()
+        .map(|k| a.try_acquire(k, LONG).expect("binary-safe keys that differ never contend"))
+        .collect();
+    for k in [&base, &odd, &longest, &near] {
+        assert_eq!(kind(b.try_acquire(k, LONG)), ErrorKind::NotAcquired);
+    }
+    for lease in held {
+        lease.release().unwrap();
+    }
+    b.try_acquire(&odd, LONG).unwrap().release().unwrap();
+}
+
+fn bad_inputs_are_rejected_and_harmless(a: &Client, b: &Client) {
+    let k = key("bad-input");
+    let mut lease = a.try_acquire(&k, LONG).unwrap();
+    let invalid = ErrorKind::InvalidArgument;
+    assert_eq!(kind(a.try_acquire(b"", LONG)), invalid);
+    assert_eq!(kind(a.try_acquire(vec![b'k'; MAX_KEY_LEN + 1], LONG)), invalid);
+    assert_eq!(kind(a.try_acquire(vec![b'k'; 1 << 20], LONG)), invalid);
+    for ms in [0u64, 1 << 31, 1 << 63, u64::MAX] {
+        let ttl = Duration::from_millis(ms);
+        assert_eq!(kind(a.try_acquire(&k, ttl)), invalid, "ttl {ms} ms");
+        assert_eq!(kind(a.acquire(&k, ttl, Duration::ZERO)), invalid, "ttl {ms} ms");
+        assert_eq!(kind(lease.extend(ttl)), invalid, "extend {ms} ms");
+    }
+    assert_eq!(kind(a.acquire(&k, LONG, Duration::from_millis(u64::MAX))), invalid);
+    assert_eq!(kind(a.acquire(&k, LONG, Duration::MAX)), invalid);
+    assert_eq!(kind(a.inspect(b"")), invalid);
+    // The lease survived all of that.
+    assert!(lease.is_held());
+    assert_eq!(kind(b.try_acquire(&k, LONG)), ErrorKind::NotAcquired);
+    lease.extend(LONG).unwrap();
+    lease.release().unwrap();
+}
+
+fn fence_strictly_increases(a: &Client, b: &Client) {
+    let k = key("fence");
+    let mut last = 0;
+    for i in 0..100 {
+        let c = if i % 2 == 0 { a } else { b };
+        let lease = c.try_acquire(&k, LONG).unwrap();
+        assert!(lease.fence() > last, "fence {} after {last}", lease.fence());
+        last = lease.fence();
+        lease.release().unwrap();
+    }
+}
+
+fn inspect_reports_state(a: &Client, b: &Client) {
+    let k = key("inspect");
+    assert!(!b.inspect(&k).unwrap().held);
+    let lease = a.try_acquire(&k, LONG).unwrap();
+    let info = b.inspect(&k).unwrap();
+    assert!(info.held);
+    if let Some(left) = info.remaining {
+        assert!(left <= LONG && left > Duration::from_secs(20), "{left:?}");
+    }
+    if let Some(fence) = info.fence {
+        assert_eq!(fence, lease.fence());
+    }
+    lease.release().unwrap();
+    assert!(!b.inspect(&k).unwrap().held);
+}
+
+fn lease_outlives_its_client(_: &Client, b: &Client) {
+    let k = key("outlives");
+    let owner = b.clone();
+    let lease = owner.try_acquire(&k, LONG).unwrap();
+    drop(owner);
+    lease.release().expect("a lease keeps its backend alive");
+}
+
+/// `threads` threads × `cycles` cycles of acquire / read-increment-write / release on one key, with a
+/// counter that is deliberately not atomic across the read and the write: any overlap of critical
+/// sections loses an increment or trips the overlap flag.
+pub fn mutual_exclusion(client: &Client, threads: usize, cycles: usize) {
+    let k = key("exclusion");
+    let counter = Arc::new(AtomicU64::new(0));
+    let inside = Arc::new(AtomicBool::new(false));
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let (client, k, counter, inside) =
+                (client.clone(), k.clone(), counter.clone(), inside.clone());
+            std::thread::spawn(move || {
+                for _ in 0..cycles {
+                    let lease = client
+                        .acquire(&k, Duration::from_secs(30), Duration::from_secs(60))
+                        .expect("acquire under contention");
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                    let seen = counter.load(Ordering::SeqCst);
+                    std::thread::yield_now();
+                    counter.store(seen + 1, Ordering::SeqCst);
+                    inside.store(false, Ordering::SeqCst);
+                    lease.release().expect("release under contention");
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("contention thread");
+    }
+    assert_eq!(counter.load(Ordering::SeqCst), (threads * cycles) as u64, "lost increments");
+}

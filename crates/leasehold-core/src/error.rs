@@ -1,0 +1,110 @@
+//! The one error type of Leasehold. Its kinds are exactly those of the public contract (CONTRACT.md §1),
+//! and each maps one-to-one onto a C status and a PHP exception.
+
+use std::fmt;
+
+/// A Leasehold error. Messages never contain a password or other secret.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The key is held by someone else (and, for `acquire`, stayed held for the whole wait).
+    #[error("not acquired: {0}")]
+    NotAcquired(String),
+    /// The lease is not ours any more: expired, taken over, or its connection is gone.
+    #[error("lease lost: {0}")]
+    Lost(String),
+    /// The backend could not be reached or answered with an error, within the configured timeouts.
+    #[error("backend unavailable: {0}")]
+    Unavailable(String),
+    /// The caller passed something the contract rejects.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// A bug in Leasehold (for example a caught panic).
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// The kind of an [`Error`], with the C status values that are fixed forever.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    NotAcquired,
+    Lost,
+    Unavailable,
+    InvalidArgument,
+    Internal,
+}
+
+impl ErrorKind {
+    /// The C status value of this kind (`LEASEHOLD_NOT_ACQUIRED = 1` … `LEASEHOLD_INTERNAL = 5`).
+    pub const fn code(self) -> u32 {
+        match self {
+            ErrorKind::NotAcquired => 1,
+            ErrorKind::Lost => 2,
+            ErrorKind::Unavailable => 3,
+            ErrorKind::InvalidArgument => 4,
+            ErrorKind::Internal => 5,
+        }
+    }
+
+    /// A short lowercase name, stable enough for metrics labels and logs.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::NotAcquired => "not_acquired",
+            ErrorKind::Lost => "lost",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::InvalidArgument => "invalid_argument",
+            ErrorKind::Internal => "internal",
+        }
+    }
+
+    /// Every kind, in code order.
+    pub const ALL: [ErrorKind; 5] = [
+        ErrorKind::NotAcquired,
+        ErrorKind::Lost,
+        ErrorKind::Unavailable,
+        ErrorKind::InvalidArgument,
+        ErrorKind::Internal,
+    ];
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Error {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::NotAcquired(_) => ErrorKind::NotAcquired,
+            Error::Lost(_) => ErrorKind::Lost,
+            Error::Unavailable(_) => ErrorKind::Unavailable,
+            Error::InvalidArgument(_) => ErrorKind::InvalidArgument,
+            Error::Internal(_) => ErrorKind::Internal,
+        }
+    }
+
+    /// The message without the kind's prefix.
+    pub fn message(&self) -> &str {
+        match self {
+            Error::NotAcquired(m)
+            | Error::Lost(m)
+            | Error::Unavailable(m)
+            | Error::InvalidArgument(m)
+            | Error::Internal(m) => m,
+        }
+    }
+
+    pub fn invalid(msg: impl Into<String>) -> Self {
+        Error::InvalidArgument(msg.into())
+    }
+
+    /// An `Unavailable` error whose text has every given secret masked. Backends build their I/O errors
+    /// through this, because driver messages may echo a connection string.
+    pub fn unavailable(msg: impl fmt::Display, secrets: &[&str]) -> Self {
+        Error::Unavailable(crate::secret::redact(&msg.to_string(), secrets))
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

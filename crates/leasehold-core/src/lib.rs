@@ -1,0 +1,30 @@
+//! Leasehold's core: the [`LockBackend`] contract, [`Lease`]s and their guard, the one [`Error`] type,
+//! key and TTL validation, URL configuration, waiting, and (feature `conformance`) the suite every
+//! backend must pass. No network or database dependencies live here.
+//!
+//! A lock is a lease: exclusive ownership of a key for a bounded time, proven by a random token and
+//! ordered by a fence that strictly increases per key.
+
+mod backend;
+mod client;
+pub mod config;
+mod error;
+mod key;
+mod lease;
+pub mod secret;
+mod token;
+mod ttl;
+pub mod wait;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+
+pub use backend::{KeyInfo, LockBackend};
+pub use client::Client;
+pub use config::{BackendConfig, Config, PostgresConfig, PostgresLockMode, RedisServer};
+pub use error::{Error, ErrorKind, Result};
+pub use key::{Key, MAX_KEY_LEN};
+pub use lease::{Lease, RawLease};
+pub use secret::Secret;
+pub use token::Token;
+pub use ttl::{check_wait, Ttl, MAX_TTL, MAX_WAIT};
