@@ -17,7 +17,10 @@ pub use leasehold_core::*;
 
 /// The backend URL used when none is given: local files under the system temp directory.
 pub fn default_url() -> String {
-    format!("file://{}", std::env::temp_dir().join("leasehold").display())
+    format!(
+        "file://{}",
+        std::env::temp_dir().join("leasehold").display()
+    )
 }
 
 /// Connects to the backend a URL names and returns a client to share across threads:
@@ -37,7 +40,7 @@ pub fn connect(url: &str) -> Result<Client> {
 
 /// [`connect`] for an already parsed configuration.
 pub fn connect_config(config: &Config) -> Result<Client> {
-    Ok(match &config.backend {
+    let client = match &config.backend {
         BackendConfig::Local { .. } => Client::new(leasehold_local::LocalBackend::open(config)?),
         BackendConfig::Redis { .. } => Client::new(leasehold_redis::RedisBackend::connect(config)?),
         _ => {
@@ -46,5 +49,6 @@ pub fn connect_config(config: &Config) -> Result<Client> {
                 config.describe()
             )))
         }
-    })
+    };
+    Ok(client.with_prefix_label(&config.prefix))
 }

@@ -122,15 +122,19 @@ impl Config {
     pub fn secrets(&self) -> Vec<String> {
         match &self.backend {
             BackendConfig::Local { .. } => vec![],
-            BackendConfig::Redis { server, .. } => {
-                server.password.iter().map(|p| p.expose().to_owned()).collect()
-            }
+            BackendConfig::Redis { server, .. } => server
+                .password
+                .iter()
+                .map(|p| p.expose().to_owned())
+                .collect(),
             BackendConfig::Redlock { servers } => servers
                 .iter()
                 .filter_map(|s| s.password.as_ref())
                 .map(|p| p.expose().to_owned())
                 .collect(),
-            BackendConfig::Postgres(pg) => pg.secrets.iter().map(|s| s.expose().to_owned()).collect(),
+            BackendConfig::Postgres(pg) => {
+                pg.secrets.iter().map(|s| s.expose().to_owned()).collect()
+            }
         }
     }
 
@@ -139,7 +143,11 @@ impl Config {
         match &self.backend {
             BackendConfig::Local { dir } => format!("file://{}", dir.display()),
             BackendConfig::Redis { server, tls } => {
-                format!("{}://{server}/{}", if *tls { "rediss" } else { "redis" }, server.db)
+                format!(
+                    "{}://{server}/{}",
+                    if *tls { "rediss" } else { "redis" },
+                    server.db
+                )
             }
             BackendConfig::Redlock { servers } => {
                 let hosts: Vec<String> = servers.iter().map(|s| s.to_string()).collect();
@@ -267,7 +275,11 @@ fn parse(url: &str) -> Result<Config> {
     let (before_query, query) = rest.split_once('?').unwrap_or((rest, ""));
     let is_pg = matches!(scheme.as_str(), "postgres" | "postgresql");
     let accepted: Vec<&str> = if is_pg {
-        COMMON_PARAMS.iter().chain(POSTGRES_PARAMS).copied().collect()
+        COMMON_PARAMS
+            .iter()
+            .chain(POSTGRES_PARAMS)
+            .copied()
+            .collect()
     } else {
         COMMON_PARAMS.to_vec()
     };
@@ -307,7 +319,10 @@ fn parse(url: &str) -> Result<Config> {
                     "a redis:// URL names exactly one host; use redlock://h1,h2,h3 for several",
                 ));
             }
-            let mut server = servers.into_iter().next().ok_or_else(|| invalid("no host"))?;
+            let mut server = servers
+                .into_iter()
+                .next()
+                .ok_or_else(|| invalid("no host"))?;
             server.db = db;
             BackendConfig::Redis {
                 server,
@@ -326,7 +341,10 @@ fn parse(url: &str) -> Result<Config> {
                 s.db = db;
             }
             for (i, s) in servers.iter().enumerate() {
-                if servers[..i].iter().any(|o| o.host == s.host && o.port == s.port) {
+                if servers[..i]
+                    .iter()
+                    .any(|o| o.host == s.host && o.port == s.port)
+                {
                     return Err(invalid(format!("redlock URL names {s} twice")));
                 }
             }
@@ -450,7 +468,9 @@ fn split_host_port(text: &str) -> Result<(String, Option<u16>)> {
         .chars()
         .any(|c| c.is_whitespace() || c.is_control() || "/?#@".contains(c))
     {
-        return Err(invalid("the URL's host name has characters a host cannot have"));
+        return Err(invalid(
+            "the URL's host name has characters a host cannot have",
+        ));
     }
     let port = match port {
         None => None,
@@ -499,7 +519,11 @@ fn parse_postgres(scheme: &str, before_query: &str, query: &Query) -> Result<Pos
     if let Some(pw) = query.get("password") {
         secrets.push(Secret::new(pw));
     }
-    let own: Vec<&str> = COMMON_PARAMS.iter().chain(["lock", "table"].iter()).copied().collect();
+    let own: Vec<&str> = COMMON_PARAMS
+        .iter()
+        .chain(["lock", "table"].iter())
+        .copied()
+        .collect();
     let passed: Vec<&str> = query
         .pairs
         .iter()
@@ -524,7 +548,9 @@ pub fn validate_table_name(name: &str) -> Result<()> {
     let ok_ident = |s: &str| {
         !s.is_empty()
             && s.len() <= 63
-            && s.bytes().next().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+            && s.bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
             && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
     };
     let parts: Vec<&str> = name.split('.').collect();
@@ -560,7 +586,12 @@ mod tests {
         assert_eq!(c.prefix, DEFAULT_PREFIX);
         assert_eq!(c.pool_size, DEFAULT_POOL_SIZE);
         let c = Config::parse("file://localhost/tmp/a%20b?prefix=x:").unwrap();
-        assert_eq!(c.backend, BackendConfig::Local { dir: "/tmp/a b".into() });
+        assert_eq!(
+            c.backend,
+            BackendConfig::Local {
+                dir: "/tmp/a b".into()
+            }
+        );
         assert_eq!(c.prefix, "x:");
         err("file://relative/dir");
         err("file:///");
@@ -572,7 +603,9 @@ mod tests {
             "redis://user:p%40ss@example.com:6380/3?prefix=app:&connect_timeout_ms=250&io_timeout_ms=500&pool_size=4",
         )
         .unwrap();
-        let BackendConfig::Redis { server, tls } = &c.backend else { panic!() };
+        let BackendConfig::Redis { server, tls } = &c.backend else {
+            panic!()
+        };
         assert!(!tls);
         assert_eq!(server.host, "example.com");
         assert_eq!(server.port, 6380);
@@ -585,7 +618,9 @@ mod tests {
         assert!(!format!("{c:?} {c}").contains("p@ss"));
 
         let c = Config::parse("rediss://:secret@[::1]").unwrap();
-        let BackendConfig::Redis { server, tls } = &c.backend else { panic!() };
+        let BackendConfig::Redis { server, tls } = &c.backend else {
+            panic!()
+        };
         assert!(tls);
         assert_eq!((server.host.as_str(), server.port), ("::1", 6379));
         assert_eq!(server.username, None);
@@ -594,7 +629,9 @@ mod tests {
     #[test]
     fn redlock_urls() {
         let c = Config::parse("redlock://:pw@a:1,b:2,c/2").unwrap();
-        let BackendConfig::Redlock { servers } = &c.backend else { panic!() };
+        let BackendConfig::Redlock { servers } = &c.backend else {
+            panic!()
+        };
         assert_eq!(servers.len(), 3);
         assert!(servers.iter().all(|s| s.db == 2 && s.password.is_some()));
         assert_eq!(servers[2].port, DEFAULT_REDIS_PORT);
@@ -608,7 +645,9 @@ mod tests {
             "postgres://u:pw@localhost:5432/db?lock=table&table=my_locks&sslmode=disable&prefix=p:",
         )
         .unwrap();
-        let BackendConfig::Postgres(pg) = &c.backend else { panic!() };
+        let BackendConfig::Postgres(pg) = &c.backend else {
+            panic!()
+        };
         assert_eq!(pg.mode, PostgresLockMode::Table);
         assert_eq!(pg.table, "my_locks");
         assert_eq!(
@@ -617,7 +656,9 @@ mod tests {
         );
         assert_eq!(c.prefix, "p:");
         let c = Config::parse("postgresql://localhost/db").unwrap();
-        let BackendConfig::Postgres(pg) = &c.backend else { panic!() };
+        let BackendConfig::Postgres(pg) = &c.backend else {
+            panic!()
+        };
         assert_eq!(pg.mode, PostgresLockMode::Advisory);
         assert_eq!(pg.table, DEFAULT_TABLE);
         err("postgres://h/db?lock=advisory&table=t");

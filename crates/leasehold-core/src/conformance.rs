@@ -12,28 +12,51 @@ use std::time::{Duration, Instant};
 
 const LONG: Duration = Duration::from_secs(30);
 
+/// One named check; it gets two clients on the same backend.
+type Check = (&'static str, fn(&Client, &Client));
+
 /// Runs every check. `new_client` must return a fresh client on the same backend each call (two
 /// clients stand for two processes).
 pub fn run(new_client: &dyn Fn() -> Client) {
     let a = new_client();
     let b = new_client();
-    let checks: &[(&str, fn(&Client, &Client))] = &[
-        ("acquire_gives_token_fence_remaining", acquire_gives_token_fence_remaining),
+    let checks: &[Check] = &[
+        (
+            "acquire_gives_token_fence_remaining",
+            acquire_gives_token_fence_remaining,
+        ),
         ("held_key_is_not_acquired", held_key_is_not_acquired),
-        ("release_frees_and_fence_increases", release_frees_and_fence_increases),
+        (
+            "release_frees_and_fence_increases",
+            release_frees_and_fence_increases,
+        ),
         ("release_twice_is_invalid", release_twice_is_invalid),
         ("drop_releases", drop_releases),
-        ("extend_by_owner_keeps_the_key", extend_by_owner_keeps_the_key),
+        (
+            "extend_by_owner_keeps_the_key",
+            extend_by_owner_keeps_the_key,
+        ),
         ("expired_lease_is_taken_over", expired_lease_is_taken_over),
-        ("late_release_is_lost_and_holder_keeps_key", late_release_is_lost_and_holder_keeps_key),
+        (
+            "late_release_is_lost_and_holder_keeps_key",
+            late_release_is_lost_and_holder_keeps_key,
+        ),
         ("late_extend_is_lost", late_extend_is_lost),
         ("acquire_waits_for_release", acquire_waits_for_release),
         ("acquire_gives_up_after_wait", acquire_gives_up_after_wait),
         ("binary_keys_work_and_differ", binary_keys_work_and_differ),
-        ("bad_inputs_are_rejected_and_harmless", bad_inputs_are_rejected_and_harmless),
+        (
+            "bad_inputs_are_rejected_and_harmless",
+            bad_inputs_are_rejected_and_harmless,
+        ),
         ("fence_strictly_increases", fence_strictly_increases),
         ("inspect_reports_state", inspect_reports_state),
         ("lease_outlives_its_client", lease_outlives_its_client),
+        (
+            "keep_alive_renews_until_release",
+            keep_alive_renews_until_release,
+        ),
+        ("stats_count_what_happens", stats_count_what_happens),
     ];
     for (name, check) in checks {
         eprintln!("conformance[{}]: {name}", a.backend_name());
@@ -63,13 +86,21 @@ fn kind<T: std::fmt::Debug>(r: Result<T, Error>) -> ErrorKind {
 
 fn acquire_gives_token_fence_remaining(a: &Client, _: &Client) {
     let ttl = Duration::from_secs(10);
-    let lease = a.try_acquire(key("basic"), ttl).expect("try_acquire a free key");
+    let lease = a
+        .try_acquire(key("basic"), ttl)
+        .expect("try_acquire a free key");
     let token = lease.token();
     assert_eq!(token.as_str().len(), 32);
-    assert!(token.as_str().bytes().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+    assert!(token
+        .as_str()
+        .bytes()
+        .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
     assert!(lease.fence() >= 1, "fences start at 1");
     let left = lease.remaining();
-    assert!(left > Duration::from_secs(5) && left < ttl, "remaining {left:?}");
+    assert!(
+        left > Duration::from_secs(5) && left < ttl,
+        "remaining {left:?}"
+    );
     assert!(lease.is_held());
     let other = a.try_acquire(key("basic"), ttl).expect("another key");
     assert_ne!(other.token(), token, "tokens are unique per acquisition");
@@ -81,7 +112,11 @@ fn held_key_is_not_acquired(a: &Client, b: &Client) {
     let k = key("held");
     let lease = a.try_acquire(&k, LONG).unwrap();
     assert_eq!(kind(b.try_acquire(&k, LONG)), ErrorKind::NotAcquired);
-    assert_eq!(kind(a.try_acquire(&k, LONG)), ErrorKind::NotAcquired, "not reentrant");
+    assert_eq!(
+        kind(a.try_acquire(&k, LONG)),
+        ErrorKind::NotAcquired,
+        "not reentrant"
+    );
     lease.release().unwrap();
 }
 
@@ -109,17 +144,28 @@ fn release_twice_is_invalid(a: &Client, _: &Client) {
 fn drop_releases(a: &Client, b: &Client) {
     let k = key("drop");
     drop(a.try_acquire(&k, LONG).unwrap());
-    b.try_acquire(&k, LONG).expect("dropped lease was released").release().unwrap();
+    b.try_acquire(&k, LONG)
+        .expect("dropped lease was released")
+        .release()
+        .unwrap();
 }
 
 fn extend_by_owner_keeps_the_key(a: &Client, b: &Client) {
     let k = key("extend");
     let mut lease = a.try_acquire(&k, Duration::from_millis(400)).unwrap();
-    lease.extend(Duration::from_secs(20)).expect("owner extends");
+    lease
+        .extend(Duration::from_secs(20))
+        .expect("owner extends");
     assert!(lease.remaining() > Duration::from_secs(10));
     std::thread::sleep(Duration::from_millis(700));
-    assert_eq!(kind(b.try_acquire(&k, LONG)), ErrorKind::NotAcquired, "extended past the first TTL");
-    lease.extend(Duration::from_millis(50)).expect("extend may shorten");
+    assert_eq!(
+        kind(b.try_acquire(&k, LONG)),
+        ErrorKind::NotAcquired,
+        "extended past the first TTL"
+    );
+    lease
+        .extend(Duration::from_millis(50))
+        .expect("extend may shorten");
     assert!(lease.remaining() <= Duration::from_millis(50));
     lease.release().unwrap();
 }
@@ -129,7 +175,9 @@ fn expired_lease_is_taken_over(a: &Client, b: &Client) {
     let lease = a.try_acquire(&k, Duration::from_millis(100)).unwrap();
     std::thread::sleep(Duration::from_millis(350));
     assert!(!lease.is_held(), "remaining is local and conservative");
-    let taker = b.try_acquire(&k, LONG).expect("an expired lease frees the key");
+    let taker = b
+        .try_acquire(&k, LONG)
+        .expect("an expired lease frees the key");
     assert!(taker.fence() > lease.fence());
     taker.release().unwrap();
     assert_eq!(kind(lease.release()), ErrorKind::Lost);
@@ -144,7 +192,11 @@ fn late_release_is_lost_and_holder_keeps_key(a: &Client, b: &Client) {
     let holder = b.try_acquire(&k, LONG).unwrap();
     let err = stale.release_in_place().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
-    assert_eq!(kind(a.try_acquire(&k, LONG)), ErrorKind::NotAcquired, "B still holds it");
+    assert_eq!(
+        kind(a.try_acquire(&k, LONG)),
+        ErrorKind::NotAcquired,
+        "B still holds it"
+    );
     let mut holder = holder;
     holder.extend(LONG).expect("B's lease is intact");
     holder.release().expect("B releases its own lease");
@@ -191,9 +243,15 @@ fn acquire_gives_up_after_wait(a: &Client, b: &Client) {
         ErrorKind::NotAcquired
     );
     let waited = start.elapsed();
-    assert!(waited >= Duration::from_millis(290), "gave up early: {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(290),
+        "gave up early: {waited:?}"
+    );
     assert!(waited < Duration::from_secs(5), "gave up late: {waited:?}");
-    assert_eq!(kind(b.acquire(&k, LONG, Duration::ZERO)), ErrorKind::NotAcquired);
+    assert_eq!(
+        kind(b.acquire(&k, LONG, Duration::ZERO)),
+        ErrorKind::NotAcquired
+    );
     lease.release().unwrap();
 }
 
@@ -207,7 +265,10 @@ fn binary_keys_work_and_differ(a: &Client, b: &Client) {
     *near.last_mut().unwrap() = b'y';
     let held: Vec<Lease> = [&base, &odd, &longest, &near]
         .iter()
-        .map(|k| a.try_acquire(k, LONG).expect("binary-safe keys that differ never contend"))
+        .map(|k| {
+            a.try_acquire(k, LONG)
+                .expect("binary-safe keys that differ never contend")
+        })
         .collect();
     for k in [&base, &odd, &longest, &near] {
         assert_eq!(kind(b.try_acquire(k, LONG)), ErrorKind::NotAcquired);
@@ -223,15 +284,25 @@ fn bad_inputs_are_rejected_and_harmless(a: &Client, b: &Client) {
     let mut lease = a.try_acquire(&k, LONG).unwrap();
     let invalid = ErrorKind::InvalidArgument;
     assert_eq!(kind(a.try_acquire(b"", LONG)), invalid);
-    assert_eq!(kind(a.try_acquire(vec![b'k'; MAX_KEY_LEN + 1], LONG)), invalid);
+    assert_eq!(
+        kind(a.try_acquire(vec![b'k'; MAX_KEY_LEN + 1], LONG)),
+        invalid
+    );
     assert_eq!(kind(a.try_acquire(vec![b'k'; 1 << 20], LONG)), invalid);
     for ms in [0u64, 1 << 31, 1 << 63, u64::MAX] {
         let ttl = Duration::from_millis(ms);
         assert_eq!(kind(a.try_acquire(&k, ttl)), invalid, "ttl {ms} ms");
-        assert_eq!(kind(a.acquire(&k, ttl, Duration::ZERO)), invalid, "ttl {ms} ms");
+        assert_eq!(
+            kind(a.acquire(&k, ttl, Duration::ZERO)),
+            invalid,
+            "ttl {ms} ms"
+        );
         assert_eq!(kind(lease.extend(ttl)), invalid, "extend {ms} ms");
     }
-    assert_eq!(kind(a.acquire(&k, LONG, Duration::from_millis(u64::MAX))), invalid);
+    assert_eq!(
+        kind(a.acquire(&k, LONG, Duration::from_millis(u64::MAX))),
+        invalid
+    );
     assert_eq!(kind(a.acquire(&k, LONG, Duration::MAX)), invalid);
     assert_eq!(kind(a.inspect(b"")), invalid);
     // The lease survived all of that.
@@ -277,6 +348,64 @@ fn lease_outlives_its_client(_: &Client, b: &Client) {
     lease.release().expect("a lease keeps its backend alive");
 }
 
+fn keep_alive_renews_until_release(a: &Client, b: &Client) {
+    let k = key("keep-alive");
+    let lease = a.try_acquire(&k, Duration::from_millis(300)).unwrap();
+    lease.keep_alive(true).unwrap();
+    assert!(lease.keeps_alive());
+    for _ in 0..6 {
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(
+            kind(b.try_acquire(&k, LONG)),
+            ErrorKind::NotAcquired,
+            "kept alive past its 300 ms TTL"
+        );
+        assert!(lease.is_held(), "remaining follows the renewals");
+    }
+    assert_eq!(lease.keep_alive_error(), None);
+    lease.keep_alive(false).unwrap();
+    lease
+        .release()
+        .expect("a kept-alive lease releases normally");
+    b.try_acquire(&k, LONG)
+        .expect("free after release")
+        .release()
+        .unwrap();
+}
+
+fn stats_count_what_happens(a: &Client, b: &Client) {
+    let k = key("stats");
+    let before = a.stats();
+    let mut lease = a.try_acquire(&k, LONG).unwrap();
+    assert_eq!(kind(a.try_acquire(&k, LONG)), ErrorKind::NotAcquired);
+    lease.extend(LONG).unwrap();
+    lease.release().unwrap();
+    let stale = a.try_acquire(&k, Duration::from_millis(50)).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let taker = b.try_acquire(&k, LONG).unwrap();
+    assert_eq!(kind(stale.release()), ErrorKind::Lost);
+    taker.release().unwrap();
+    assert_eq!(kind(a.try_acquire(b"", LONG)), ErrorKind::InvalidArgument);
+    let after = a.stats();
+    let delta = |f: fn(&crate::StatsSnapshot) -> u64| f(&after) - f(&before);
+    assert_eq!(delta(|s| s.acquire_attempts), 3);
+    assert_eq!(delta(|s| s.acquired), 2);
+    assert_eq!(delta(|s| s.not_acquired), 1);
+    assert_eq!(delta(|s| s.extends_ok), 1);
+    assert_eq!(delta(|s| s.releases_ok), 1);
+    assert_eq!(delta(|s| s.releases_lost), 1);
+    assert_eq!(delta(|s| s.expired), 1);
+    assert_eq!(delta(|s| s.hold.count), 1);
+    assert_eq!(delta(|s| s.wait.count), 3);
+    let invalid = |s: &crate::StatsSnapshot| {
+        s.errors
+            .iter()
+            .find(|(k, _)| *k == ErrorKind::InvalidArgument)
+            .map_or(0, |e| e.1)
+    };
+    assert_eq!(invalid(&after) - invalid(&before), 1);
+}
+
 /// `threads` threads × `cycles` cycles of acquire / read-increment-write / release on one key, with a
 /// counter that is deliberately not atomic across the read and the write: any overlap of critical
 /// sections loses an increment or trips the overlap flag.
@@ -306,5 +435,9 @@ pub fn mutual_exclusion(client: &Client, threads: usize, cycles: usize) {
     for h in handles {
         h.join().expect("contention thread");
     }
-    assert_eq!(counter.load(Ordering::SeqCst), (threads * cycles) as u64, "lost increments");
+    assert_eq!(
+        counter.load(Ordering::SeqCst),
+        (threads * cycles) as u64,
+        "lost increments"
+    );
 }

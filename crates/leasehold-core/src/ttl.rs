@@ -79,7 +79,13 @@ mod tests {
 
     #[test]
     fn bounds() {
-        for bad in [0, MAX_TTL.as_millis() as u64 + 1, 1 << 31, 1 << 63, u64::MAX] {
+        for bad in [
+            0,
+            MAX_TTL.as_millis() as u64 + 1,
+            1 << 31,
+            1 << 63,
+            u64::MAX,
+        ] {
             assert!(Ttl::from_millis(bad).is_err(), "{bad}");
         }
         assert_eq!(Ttl::from_millis(1).unwrap().as_millis(), 1);
