@@ -8,10 +8,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The holder (token, expiry) if any, and the last fence.
+type Record = (Option<(Token, Instant)>, u64);
+
 #[derive(Debug, Default)]
 struct Memory {
-    /// key -> (token, expiry, last fence)
-    keys: Mutex<HashMap<Vec<u8>, (Option<(Token, Instant)>, u64)>>,
+    keys: Mutex<HashMap<Vec<u8>, Record>>,
 }
 
 impl LockBackend for Memory {
