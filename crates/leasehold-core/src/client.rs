@@ -31,6 +31,12 @@ impl Client {
         }
     }
 
+    /// A client that counts nothing: only for measuring what the counters cost.
+    pub fn without_stats(mut self) -> Self {
+        self.stats = Arc::new(Stats::new(false));
+        self
+    }
+
     /// Records the key prefix the backend was configured with, for the metrics' `prefix` label.
     pub fn with_prefix_label(mut self, prefix: &str) -> Self {
         self.prefix = Arc::from(prefix);

@@ -56,8 +56,10 @@ impl HistogramSnapshot {
 }
 
 /// The live counters of one client. Shared by the client and its leases.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Stats {
+    /// Off only for measuring what counting costs (`Client::without_stats`).
+    enabled: bool,
     acquire_attempts: AtomicU64,
     acquired: AtomicU64,
     not_acquired: AtomicU64,
@@ -90,8 +92,38 @@ pub(crate) enum Event {
     KeepAliveFailure,
 }
 
+impl Default for Stats {
+    fn default() -> Self {
+        Stats::new(true)
+    }
+}
+
 impl Stats {
+    pub(crate) fn new(enabled: bool) -> Self {
+        Stats {
+            enabled,
+            acquire_attempts: AtomicU64::default(),
+            acquired: AtomicU64::default(),
+            not_acquired: AtomicU64::default(),
+            releases_ok: AtomicU64::default(),
+            releases_lost: AtomicU64::default(),
+            extends_ok: AtomicU64::default(),
+            extends_lost: AtomicU64::default(),
+            expired: AtomicU64::default(),
+            keepalive_renewals: AtomicU64::default(),
+            keepalive_failures: AtomicU64::default(),
+            retries: AtomicU64::default(),
+            errors: Default::default(),
+            wait: Histogram::default(),
+            hold: Histogram::default(),
+            round_trip: Histogram::default(),
+        }
+    }
+
     pub(crate) fn count(&self, event: Event) {
+        if !self.enabled {
+            return;
+        }
         let c = match event {
             Event::AcquireAttempt => &self.acquire_attempts,
             Event::Acquired => &self.acquired,
@@ -109,27 +141,36 @@ impl Stats {
 
     /// Backend failures (`Unavailable`, `Internal`), by kind. Contention and loss have their own counters.
     pub(crate) fn error(&self, kind: ErrorKind) {
+        if !self.enabled {
+            return;
+        }
         if let Some(i) = ErrorKind::ALL.iter().position(|k| *k == kind) {
             self.errors[i].fetch_add(1, Relaxed);
         }
     }
 
     pub(crate) fn retries(&self, n: u64) {
-        if n > 0 {
+        if self.enabled && n > 0 {
             self.retries.fetch_add(n, Relaxed);
         }
     }
 
     pub(crate) fn wait(&self, d: Duration) {
-        self.wait.record(d)
+        if self.enabled {
+            self.wait.record(d)
+        }
     }
 
     pub(crate) fn hold(&self, d: Duration) {
-        self.hold.record(d)
+        if self.enabled {
+            self.hold.record(d)
+        }
     }
 
     pub(crate) fn round_trip(&self, d: Duration) {
-        self.round_trip.record(d)
+        if self.enabled {
+            self.round_trip.record(d)
+        }
     }
 
     pub fn snapshot(&self) -> StatsSnapshot {

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Runs every test of Leasehold: the README's test command, and what .ci/run calls.
+#
+# On a fresh machine it installs what it lacks (redis-server, PostgreSQL, valgrind, PHP with FFI, phpunit)
+# with apt-get. It never uses the machine's shared servers: every test starts its own redis-server and
+# PostgreSQL on free loopback ports. A missing server fails the run; nothing is skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n=== %s\n' "$*"; }
+
+# ---------------------------------------------------------------------------------------------------
+step "tools"
+missing=()
+command -v redis-server >/dev/null || missing+=(redis-server)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+command -v valgrind >/dev/null || missing+=(valgrind)
+command -v cc >/dev/null || missing+=(gcc)
+command -v make >/dev/null || missing+=(make)
+command -v php >/dev/null || missing+=(php-cli)
+command -v phpunit >/dev/null || missing+=(phpunit)
+ls /usr/sbin/php-fpm* >/dev/null 2>&1 || missing+=(php-fpm)
+[ -d /usr/share/php/Psr/Log ] || missing+=(php-psr-log)
+php -m 2>/dev/null | grep -qi '^pdo_sqlite$' || missing+=(php-sqlite3)
+command -v cgi-fcgi >/dev/null || missing+=(libfcgi-bin)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# The Debian packages start their own services; the tests never use them, so stop what was just
+# started by the install (the machine's pre-started servers, if any, are left alone).
+redis-server --version
+ls -d /usr/lib/postgresql/*/bin
+php -v | head -1
+php -m | grep -qx FFI || { echo "PHP lacks the FFI extension"; exit 1; }
+
+# ---------------------------------------------------------------------------------------------------
+step "format and lint"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+# ---------------------------------------------------------------------------------------------------
+step "Rust, C and header tests (each starts its own servers)"
+cargo test --workspace --locked -- --test-threads=4
+
+# ---------------------------------------------------------------------------------------------------
+step "PHP tests"
+cargo build --locked -p leasehold-ffi
+LEASEHOLD_LIBRARY="$PWD/target/debug/libleasehold.so" bash bindings/php/run-tests.sh
+
+step "all tests passed"
