@@ -17,12 +17,12 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
 command -v valgrind >/dev/null || missing+=(valgrind)
 command -v cc >/dev/null || missing+=(gcc)
 command -v make >/dev/null || missing+=(make)
+command -v openssl >/dev/null || missing+=(openssl)
 command -v php >/dev/null || missing+=(php-cli)
 command -v phpunit >/dev/null || missing+=(phpunit)
 ls /usr/sbin/php-fpm* >/dev/null 2>&1 || missing+=(php-fpm)
 [ -d /usr/share/php/Psr/Log ] || missing+=(php-psr-log)
 php -m 2>/dev/null | grep -qi '^pdo_sqlite$' || missing+=(php-sqlite3)
-command -v cgi-fcgi >/dev/null || missing+=(libfcgi-bin)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"
   if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi

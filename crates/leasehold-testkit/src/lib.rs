@@ -3,10 +3,12 @@
 //! other. A missing server binary is a test failure, not a skip: CI must really run these tests.
 
 mod port;
+mod postgres;
 mod redis;
 mod tempdir;
 
 pub use port::free_port;
+pub use postgres::PostgresServer;
 pub use redis::RedisServer;
 pub use tempdir::TempDir;
 

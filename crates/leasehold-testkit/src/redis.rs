@@ -31,11 +31,19 @@ impl RedisServer {
             password,
             child: None,
         };
-        server.spawn();
-        server
+        // Another test binary may take the port between our check and the server's bind; then the
+        // server exits at once and we try another port.
+        for _ in 0..5 {
+            if server.spawn() {
+                return server;
+            }
+            server.port = free_port();
+        }
+        panic!("redis-server did not come up on any of 5 ports");
     }
 
-    fn spawn(&mut self) {
+    /// Starts the server on `self.port`; false if it exited (the port was taken), panics if it hangs.
+    fn spawn(&mut self) -> bool {
         let mut cmd = Command::new(binary());
         cmd.args(["--bind", "127.0.0.1", "--port"])
             .arg(self.port.to_string())
@@ -48,16 +56,22 @@ impl RedisServer {
         if let Some(pw) = &self.password {
             cmd.args(["--requirepass", pw]);
         }
-        let child = cmd.spawn().unwrap_or_else(|e| {
+        let mut child = cmd.spawn().unwrap_or_else(|e| {
             panic!("cannot start redis-server ({e}); the README's test command installs it")
         });
-        self.child = Some(child);
         let port = self.port;
         let password = self.password.clone();
-        assert!(
-            wait_until(Duration::from_secs(10), || ping(port, password.as_deref())),
-            "redis-server on port {port} did not come up"
-        );
+        let mut exited = false;
+        let up = wait_until(Duration::from_secs(10), || {
+            exited = matches!(child.try_wait(), Ok(Some(_)));
+            exited || ping(port, password.as_deref())
+        });
+        if exited {
+            return false;
+        }
+        self.child = Some(child);
+        assert!(up, "redis-server on port {port} did not come up");
+        true
     }
 
     pub fn port(&self) -> u16 {
@@ -74,7 +88,11 @@ impl RedisServer {
             Some(pw) => format!(":{pw}@"),
             None => String::new(),
         };
-        let q = if query.is_empty() { String::new() } else { format!("?{query}") };
+        let q = if query.is_empty() {
+            String::new()
+        } else {
+            format!("?{query}")
+        };
         format!("redis://{auth}127.0.0.1:{}{q}", self.port)
     }
 
@@ -94,7 +112,13 @@ impl RedisServer {
     /// Starts it again on the same port, empty (it keeps nothing on disk).
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn();
+        for _ in 0..50 {
+            if self.spawn() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("redis-server could not be restarted on port {}", self.port);
     }
 
     pub fn is_running(&self) -> bool {
@@ -145,7 +169,9 @@ impl RedisServer {
         }
         let text = String::from_utf8_lossy(&out).into_owned();
         if self.password.is_some() {
-            text.split_once("\r\n").map(|x| x.1.to_owned()).unwrap_or(text)
+            text.split_once("\r\n")
+                .map(|x| x.1.to_owned())
+                .unwrap_or(text)
         } else {
             text
         }
@@ -178,10 +204,14 @@ fn complete(out: &[u8], replies: usize) -> bool {
     let text = String::from_utf8_lossy(out);
     let mut rest: &str = &text;
     for _ in 0..replies {
-        let Some((line, after)) = rest.split_once("\r\n") else { return false };
+        let Some((line, after)) = rest.split_once("\r\n") else {
+            return false;
+        };
         rest = after;
         if let Some(len) = line.strip_prefix('$') {
-            let Ok(len) = len.parse::<i64>() else { return false };
+            let Ok(len) = len.parse::<i64>() else {
+                return false;
+            };
             if len >= 0 {
                 let need = len as usize + 2;
                 if rest.len() < need {
@@ -195,7 +225,9 @@ fn complete(out: &[u8], replies: usize) -> bool {
 }
 
 fn ping(port: u16, password: Option<&str>) -> bool {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return false };
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
     s.set_read_timeout(Some(Duration::from_millis(500))).ok();
     let mut req = Vec::new();
     if let Some(pw) = password {

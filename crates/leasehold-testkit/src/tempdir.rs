@@ -6,7 +6,8 @@ pub struct TempDir(PathBuf);
 
 impl TempDir {
     pub fn new(label: &str) -> TempDir {
-        let path = std::env::temp_dir().join(format!("leasehold-test-{}", crate::unique_key(label)));
+        let path =
+            std::env::temp_dir().join(format!("leasehold-test-{}", crate::unique_key(label)));
         std::fs::create_dir_all(&path).expect("create temp dir");
         TempDir(path)
     }

@@ -1,0 +1,29 @@
+/*
+ * The C ABI of libleasehold (CONTRACT.md §3) in the subset of C that PHP's FFI parser reads:
+ * no #include, no preprocessor. Keep in step with include/leasehold.h.
+ */
+typedef struct leasehold_client leasehold_client;
+typedef struct leasehold_lease leasehold_lease;
+typedef enum leasehold_status {
+    LEASEHOLD_OK = 0,
+    LEASEHOLD_NOT_ACQUIRED = 1,
+    LEASEHOLD_LOST = 2,
+    LEASEHOLD_UNAVAILABLE = 3,
+    LEASEHOLD_INVALID_ARGUMENT = 4,
+    LEASEHOLD_INTERNAL = 5
+} leasehold_status;
+
+const char *leasehold_version(void);
+const char *leasehold_last_error(void);
+leasehold_status leasehold_client_open(const char *url, leasehold_client **client_out);
+void leasehold_client_free(leasehold_client *client);
+leasehold_status leasehold_try_acquire(const leasehold_client *client, const char *key, size_t key_len,
+                                       uint64_t ttl_ms, leasehold_lease **lease_out);
+leasehold_status leasehold_acquire(const leasehold_client *client, const char *key, size_t key_len,
+                                   uint64_t ttl_ms, uint64_t wait_ms, leasehold_lease **lease_out);
+leasehold_status leasehold_lease_release(leasehold_lease *lease);
+leasehold_status leasehold_lease_extend(leasehold_lease *lease, uint64_t ttl_ms);
+uint64_t leasehold_lease_fence(const leasehold_lease *lease);
+int64_t leasehold_lease_remaining_ms(const leasehold_lease *lease);
+const char *leasehold_lease_token(const leasehold_lease *lease);
+void leasehold_lease_free(leasehold_lease *lease);

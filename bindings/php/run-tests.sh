@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Runs the PHP package's PHPUnit suite against libleasehold (already built: `cargo build --release -p
+# leasehold-ffi`, or LEASEHOLD_LIBRARY=/path/to/libleasehold.so). The suite starts its own redis-server and
+# php-fpm on free loopback ports. Exits non-zero on any failure, and when something it needs is missing.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+workspace="$(cd "$here/../.." && pwd)"
+export LEASEHOLD_LIBRARY="${LEASEHOLD_LIBRARY:-$workspace/target/release/libleasehold.so}"
+
+fail() { echo "run-tests.sh: $*" >&2; exit 1; }
+[[ -f "$LEASEHOLD_LIBRARY" ]] || fail "no library at $LEASEHOLD_LIBRARY; run: cargo build --release -p leasehold-ffi"
+command -v php >/dev/null || fail "php is not installed (Debian: apt-get install php-cli)"
+command -v phpunit >/dev/null || fail "phpunit is not installed (Debian: apt-get install phpunit)"
+command -v redis-server >/dev/null || fail "redis-server is not installed (Debian: apt-get install redis-server)"
+ls /usr/sbin/php-fpm* >/dev/null 2>&1 || command -v php-fpm >/dev/null || [[ -n "${PHP_FPM:-}" ]] \
+    || fail "php-fpm is not installed (Debian: apt-get install php-fpm)"
+for ext in ffi pcntl posix pdo_sqlite; do
+    php -r "exit(extension_loaded('$ext') ? 0 : 1);" || fail "the PHP extension $ext is missing"
+done
+
+cd "$here"
+exec phpunit --configuration phpunit.xml.dist "$@"

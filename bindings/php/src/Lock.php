@@ -1,0 +1,248 @@
+<?php
+
+declare(strict_types=1);
+
+namespace Leasehold;
+
+use Leasehold\Exception\InvalidArgumentException;
+use Leasehold\Exception\LockLostException;
+
+/**
+ * A lease on one key: exclusive ownership for a bounded time. Create it with Client::createLock().
+ *
+ * One Lock object holds at most one lease at a time. release() is safe in `finally`: on a lock this object does
+ * not hold it does nothing. The destructor releases a held lease and never throws. A lease belongs to the process
+ * that acquired it: in a child made by pcntl_fork() the inherited object holds nothing, and the child's exit does
+ * not release the parent's lease.
+ */
+final class Lock
+{
+    private ?\FFI\CData $lease = null;
+    private int $ownerPid = 0;
+
+    /** @internal use Client::createLock() */
+    public function __construct(
+        private readonly Client $client,
+        private readonly string $key,
+        private readonly int $ttlMs,
+    ) {
+    }
+
+    /**
+     * One attempt. True: this object now holds the lease. False: someone else holds the key.
+     *
+     * @throws Exception\BackendUnavailableException
+     * @throws Exception\InvalidArgumentException this object already holds the lease, or the TTL is above the
+     *                                            library's maximum
+     */
+    public function tryAcquire(): bool
+    {
+        $this->refuseIfHeld();
+        $ffi = $this->client->library()->ffi();
+        $out = $ffi->new('leasehold_lease*');
+        $status = $ffi->leasehold_try_acquire(
+            $this->client->handle(),
+            $this->key,
+            strlen($this->key),
+            $this->ttlMs,
+            \FFI::addr($out),
+        );
+        return $this->settle($status, $out);
+    }
+
+    /**
+     * Waits up to $wait seconds for the key. False when the wait ran out; never returns much later than $wait
+     * plus one I/O timeout.
+     *
+     * @param int|float $wait seconds; 0 makes a single attempt
+     *
+     * @throws Exception\BackendUnavailableException
+     * @throws Exception\InvalidArgumentException
+     */
+    public function acquire(mixed $wait = Client::DEFAULT_WAIT): bool
+    {
+        $waitMs = Seconds::toMillis($wait, 'wait');
+        $this->refuseIfHeld();
+        $ffi = $this->client->library()->ffi();
+        $out = $ffi->new('leasehold_lease*');
+        $status = $ffi->leasehold_acquire(
+            $this->client->handle(),
+            $this->key,
+            strlen($this->key),
+            $this->ttlMs,
+            $waitMs,
+            \FFI::addr($out),
+        );
+        return $this->settle($status, $out);
+    }
+
+    /**
+     * Gives the key back if this object holds it (compare-and-delete: never someone else's lease). Does nothing
+     * when this object holds no lease.
+     *
+     * @throws LockLostException the lease had ended (expired or taken over); the current holder keeps the key
+     * @throws Exception\BackendUnavailableException the backend did not answer; the lease is kept so that
+     *                                               release() may be retried, and otherwise simply expires
+     */
+    public function release(): void
+    {
+        if (!$this->holds()) {
+            return;
+        }
+        $ffi = $this->client->library()->ffi();
+        $lease = $this->lease;
+        $status = $ffi->leasehold_lease_release($lease);
+        if ($status === Library::OK) {
+            $this->forget();
+            return;
+        }
+        $error = $this->client->library()->error($status, 'cannot release the lease');
+        // After Unavailable (or an internal error) the library still holds the lease, so a retry can release it.
+        if ($status !== Library::UNAVAILABLE && $status !== Library::INTERNAL) {
+            $this->forget();
+        }
+        throw $error;
+    }
+
+    /**
+     * Makes the held lease end $ttl seconds from now (owner only).
+     *
+     * @param int|float|null $ttl seconds; null for this lock's TTL
+     *
+     * @throws LockLostException the lease had already ended; this object no longer holds it
+     * @throws Exception\InvalidArgumentException this object holds no lease, or a bad $ttl
+     * @throws Exception\BackendUnavailableException
+     */
+    public function extend(mixed $ttl = null): void
+    {
+        $ttlMs = $ttl === null ? $this->ttlMs : Seconds::toMillis($ttl, 'ttl');
+        if ($ttlMs === 0) {
+            throw new InvalidArgumentException('ttl must be positive, got 0 s');
+        }
+        if (!$this->holds()) {
+            throw new InvalidArgumentException(sprintf(
+                'cannot extend lock %s: this object does not hold it',
+                Key::describe($this->key),
+            ));
+        }
+        $status = $this->client->library()->ffi()->leasehold_lease_extend($this->lease, $ttlMs);
+        if ($status === Library::OK) {
+            return;
+        }
+        $error = $this->client->library()->error($status, 'cannot extend the lease');
+        if ($status === Library::LOST) {
+            $this->forget();
+        }
+        throw $error;
+    }
+
+    /** Local check, no network call: this object holds a lease whose conservative deadline has not passed. */
+    public function isAcquired(): bool
+    {
+        return $this->holds()
+            && $this->client->library()->ffi()->leasehold_lease_remaining_ms($this->lease) > 0;
+    }
+
+    /**
+     * Seconds left on the held lease, measured on the monotonic clock minus a clock-drift allowance; 0 or less
+     * once it has expired. Null when this object holds no lease. No network call.
+     */
+    public function remainingLifetime(): ?float
+    {
+        if (!$this->holds()) {
+            return null;
+        }
+        return $this->client->library()->ffi()->leasehold_lease_remaining_ms($this->lease) / 1000.0;
+    }
+
+    /** The held lease's owner token (32 lowercase hex characters), or null. */
+    public function token(): ?string
+    {
+        if (!$this->holds()) {
+            return null;
+        }
+        $token = $this->client->library()->ffi()->leasehold_lease_token($this->lease);
+        return $token === null ? null : (string) $token;
+    }
+
+    /**
+     * The held lease's fencing token: it strictly increases with every acquisition of this key. Hand it to the
+     * store you protect, which rejects writes carrying an older fence. Null when this object holds no lease.
+     */
+    public function fence(): ?int
+    {
+        if (!$this->holds()) {
+            return null;
+        }
+        return $this->client->library()->ffi()->leasehold_lease_fence($this->lease);
+    }
+
+    public function key(): string
+    {
+        return $this->key;
+    }
+
+    /** The TTL in seconds that acquire() and extend() use. */
+    public function ttl(): float
+    {
+        return $this->ttlMs / 1000.0;
+    }
+
+    public function __destruct()
+    {
+        if (!$this->holds()) {
+            return;
+        }
+        try {
+            $this->forget();
+        } catch (\Throwable) {
+            // A destructor must never throw; the lease expires on its own.
+        }
+    }
+
+    /** A copy is a new, unacquired lock on the same key: two objects must never free one lease. */
+    public function __clone()
+    {
+        $this->lease = null;
+        $this->ownerPid = 0;
+    }
+
+    private function holds(): bool
+    {
+        return $this->lease !== null && $this->ownerPid === getmypid();
+    }
+
+    private function refuseIfHeld(): void
+    {
+        if ($this->holds()) {
+            throw new InvalidArgumentException(sprintf(
+                'lock %s is already held by this object; release() or extend() it',
+                Key::describe($this->key),
+            ));
+        }
+    }
+
+    private function settle(int $status, \FFI\CData $out): bool
+    {
+        if ($status === Library::OK) {
+            $this->lease = $out;
+            $this->ownerPid = getmypid();
+            return true;
+        }
+        if ($status === Library::NOT_ACQUIRED) {
+            return false;
+        }
+        throw $this->client->library()->error($status, 'cannot acquire the lock');
+    }
+
+    /** Frees the C lease (which releases it first if it is still held) and drops it from this object. */
+    private function forget(): void
+    {
+        $lease = $this->lease;
+        $this->lease = null;
+        $this->ownerPid = 0;
+        if ($lease !== null && !\FFI::isNull($lease)) {
+            $this->client->library()->ffi()->leasehold_lease_free($lease);
+        }
+    }
+}

@@ -1,0 +1,22 @@
+<?php
+
+declare(strict_types=1);
+
+require dirname(__DIR__) . '/autoload.php';
+
+spl_autoload_register(static function (string $class): void {
+    if (str_starts_with($class, 'Leasehold\\Tests\\')) {
+        $file = __DIR__ . '/' . str_replace('\\', '/', substr($class, strlen('Leasehold\\Tests\\'))) . '.php';
+        if (is_file($file)) {
+            require $file;
+        }
+    }
+});
+
+// A missing library is a failure of the whole run, not a reason to skip: say how to build it.
+$library = Leasehold\Library::defaultPath();
+if (!is_file($library)) {
+    fwrite(STDERR, "libleasehold not found at $library: run `cargo build --release -p leasehold-ffi` "
+        . "or set LEASEHOLD_LIBRARY\n");
+    exit(1);
+}
