@@ -12,6 +12,7 @@ mod error;
 mod keepalive;
 mod key;
 mod lease;
+pub mod pool;
 pub mod secret;
 pub mod stats;
 mod token;

@@ -41,10 +41,14 @@
 
 mod connection;
 mod errors;
+mod fanout;
+mod fence;
 pub mod keys;
 pub mod node;
+mod redlock;
 mod scripts;
 mod single;
 
 pub use connection::ConnectSettings;
+pub use redlock::RedlockBackend;
 pub use single::RedisBackend;

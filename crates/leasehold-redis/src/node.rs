@@ -9,7 +9,9 @@
 use crate::connection::{Conn, ConnectSettings, Manager};
 use crate::errors::{breaks_connection, from_pool, from_redis, is_dropped};
 use crate::keys::RedisKeys;
-use crate::scripts::{ACQUIRE_SCRIPT, ALL, EXTEND_SCRIPT, INSPECT_SCRIPT, RELEASE_SCRIPT};
+use crate::scripts::{
+    ACQUIRE_SCRIPT, ALL, EXTEND_SCRIPT, INSPECT_SCRIPT, RAISE_FENCE_SCRIPT, RELEASE_SCRIPT,
+};
 use leasehold_core::config::RedisServer;
 use leasehold_core::{Error, KeyInfo, Result, Token, Ttl};
 use r2d2::{Pool, PooledConnection};
@@ -53,6 +55,8 @@ pub struct Node {
     /// wake them) never queue behind them.
     waiters: Pool<Manager>,
     generation: Arc<AtomicU64>,
+    /// Makes the one-off connection of [`Node::check`], outside the pools.
+    probe: Manager,
     settings: ConnectSettings,
     secrets: Vec<String>,
     blocks_fractionally: bool,
@@ -98,37 +102,62 @@ impl Node {
         pool_size: u32,
         secrets: Vec<String>,
     ) -> Result<Node> {
+        let mut node = Node::unchecked(server, settings, pool_size, secrets)?;
+        node.blocks_fractionally = node.check()?;
+        Ok(node)
+    }
+
+    /// Builds the pools without talking to the server (only a malformed address fails here), for
+    /// Redlock, which must start with a minority of its nodes down. Connections are made on first
+    /// use; [`Node::check`] tests the server.
+    pub fn unchecked(
+        server: &RedisServer,
+        settings: ConnectSettings,
+        pool_size: u32,
+        secrets: Vec<String>,
+    ) -> Result<Node> {
         let name = server.to_string();
         let refs: Vec<&str> = secrets.iter().map(String::as_str).collect();
         let manager = Manager::new(server, settings.clone())
             .map_err(|e| Error::invalid(leasehold_core::secret::redact(&e.to_string(), &refs)))?;
-        // The check runs on a connection of its own rather than through the pool, whose checkout
-        // would retry a refused connection or a wrong password until the connect timeout: the
-        // caller learns at once, with the server's own reason.
-        let mut first = r2d2::ManageConnection::connect(&manager)
-            .map_err(|e| from_redis(&e, "connect", &name, &refs))?;
-        load_scripts(&mut first.inner).map_err(|e| from_redis(&e, "connect", &name, &refs))?;
-        // INFO may be denied by an ACL; a server that does not say is taken to be current.
-        let blocks_fractionally = redis::cmd("INFO")
-            .arg("server")
-            .query::<String>(&mut first.inner)
-            .ok()
-            .and_then(|info| major_version(&info))
-            .map_or(true, |major| major >= 6);
-        drop(first);
         let generation = manager.generation();
-        let waiter_manager = Manager::new(server, settings.clone())
-            .map_err(|e| Error::invalid(leasehold_core::secret::redact(&e.to_string(), &refs)))?
-            .with_generation(generation.clone());
+        let make = || {
+            Manager::new(server, settings.clone())
+                .map(|m| m.with_generation(generation.clone()))
+                .map_err(|e| Error::invalid(leasehold_core::secret::redact(&e.to_string(), &refs)))
+        };
+        let waiter_manager = make()?;
+        let probe = make()?;
         Ok(Node {
+            probe,
             name,
             pool: build_pool(manager, pool_size, &settings),
             waiters: build_pool(waiter_manager, pool_size, &settings),
             generation,
             settings,
             secrets,
-            blocks_fractionally,
+            blocks_fractionally: true,
         })
+    }
+
+    /// Checks that the server answers, accepts our credentials and runs our scripts (loading them,
+    /// so the first calls need no NOSCRIPT round trip). Returns whether it takes fractional `BLPOP`
+    /// timeouts.
+    pub fn check(&self) -> Result<bool> {
+        let refs = self.secret_refs();
+        // The check runs on a connection of its own rather than through the pool, whose checkout
+        // would retry a refused connection or a wrong password until the connect timeout: the
+        // caller learns at once, with the server's own reason.
+        let mut first = r2d2::ManageConnection::connect(&self.probe)
+            .map_err(|e| from_redis(&e, "connect", &self.name, &refs))?;
+        load_scripts(&mut first.inner).map_err(|e| from_redis(&e, "connect", &self.name, &refs))?;
+        // INFO may be denied by an ACL; a server that does not say is taken to be current.
+        Ok(redis::cmd("INFO")
+            .arg("server")
+            .query::<String>(&mut first.inner)
+            .ok()
+            .and_then(|info| major_version(&info))
+            .map_or(true, |major| major >= 6))
     }
 
     /// Whether the server takes fractional `BLPOP` timeouts (Redis ≥ 6), which native waiting
@@ -258,6 +287,18 @@ impl Node {
         let remaining = u64::try_from(pttl).ok().map(Duration::from_millis);
         let fence = u64::try_from(fence).ok();
         Ok(KeyInfo::new(held, remaining, fence))
+    }
+
+    /// Raises the key's fence counter to at least `fence` (never lowers it), for Redlock's fence
+    /// write-back. Returns the counter afterwards.
+    pub fn raise_fence(&self, keys: &RedisKeys, fence: u64) -> Result<u64> {
+        let now: i64 = self
+            .run(&self.pool, "fence", self.settings.connect_timeout, |c| {
+                RAISE_FENCE_SCRIPT.key(&keys.fence).arg(fence).invoke(c)
+            })
+            .map_err(Failure::into_error)?;
+        u64::try_from(now)
+            .map_err(|_| Error::Internal(format!("redis {}: fence counter gave {now}", self.name)))
     }
 
     /// Blocks up to `block` (at least 1 ms) for a wake-up signal on the waiter's own list `signal`.

@@ -155,14 +155,29 @@ local fence = redis.call('GET', KEYS[2])
 return {redis.call('PTTL', KEYS[1]), fence and tonumber(fence) or -1, redis.call('ZCARD', KEYS[3])}
 ";
 
+/// KEYS: fence. ARGV: a fence. Raises the counter to at least that fence (never lowers it) and
+/// returns the counter: Redlock's write-back of the quorum's highest fence (see `fence.rs`).
+const RAISE_FENCE: &str = r"
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+local want = tonumber(ARGV[1])
+if want > cur then
+  redis.call('SET', KEYS[1], ARGV[1])
+  return want
+end
+return cur
+";
+
 pub(crate) static ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE));
 pub(crate) static RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE));
 pub(crate) static EXTEND_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND));
 pub(crate) static INSPECT_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(INSPECT));
 
-pub(crate) static ALL: [&LazyLock<Script>; 4] = [
+pub(crate) static RAISE_FENCE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RAISE_FENCE));
+
+pub(crate) static ALL: [&LazyLock<Script>; 5] = [
     &ACQUIRE_SCRIPT,
     &RELEASE_SCRIPT,
     &EXTEND_SCRIPT,
     &INSPECT_SCRIPT,
+    &RAISE_FENCE_SCRIPT,
 ];

@@ -1,0 +1,255 @@
+//! Redlock (`redlock://`) against 5 real redis-server processes: the whole contract, contention,
+//! and the faults a majority must survive (nodes killed, restarted empty, hung).
+
+use leasehold_core::{conformance, Client, Config, ErrorKind, Result};
+use leasehold_redis::RedlockBackend;
+use leasehold_testkit::{unique_key, RedisServer};
+use std::time::{Duration, Instant};
+
+/// Short timeouts keep the fault tests quick: a dead node costs at most one of each per call.
+const FAST: &str = "connect_timeout_ms=200&io_timeout_ms=200";
+
+fn servers(n: usize) -> Vec<RedisServer> {
+    (0..n).map(|_| RedisServer::start()).collect()
+}
+
+fn url(servers: &[RedisServer], query: &str) -> String {
+    let hosts: Vec<String> = servers.iter().map(RedisServer::addr).collect();
+    let q = if query.is_empty() {
+        String::new()
+    } else {
+        format!("?{query}")
+    };
+    format!("redlock://{}{q}", hosts.join(","))
+}
+
+fn connect(url: &str) -> Result<Client> {
+    Ok(Client::new(RedlockBackend::connect(&Config::parse(url)?)?))
+}
+
+fn client(url: &str) -> Client {
+    connect(url).unwrap_or_else(|e| panic!("connect to {url}: {e}"))
+}
+
+fn kind<T: std::fmt::Debug>(r: Result<T>) -> ErrorKind {
+    match r {
+        Ok(v) => panic!("expected an error, got Ok({v:?})"),
+        Err(e) => e.kind(),
+    }
+}
+
+const LONG: Duration = Duration::from_secs(30);
+
+#[test]
+fn conformance_suite_on_five_nodes() {
+    let nodes = servers(5);
+    let url = url(&nodes, "");
+    conformance::run(&|| client(&url));
+}
+
+#[test]
+fn eight_threads_200_cycles_zero_overlap() {
+    let nodes = servers(5);
+    let client = client(&url(&nodes, ""));
+    let start = Instant::now();
+    conformance::mutual_exclusion(&client, 8, 200);
+    eprintln!("redlock(5): 8 threads x 200 cycles: {:?}", start.elapsed());
+}
+
+#[test]
+fn two_nodes_killed_still_acquires() {
+    let mut nodes = servers(5);
+    let client = client(&url(&nodes, FAST));
+    nodes[1].kill();
+    nodes[3].kill();
+    let key = unique_key("redlock-two-down");
+    let mut lease = client
+        .try_acquire(&key, LONG)
+        .expect("a quorum of 3 is up");
+    assert!(lease.fence() >= 1);
+    assert_eq!(kind(client.try_acquire(&key, LONG)), ErrorKind::NotAcquired);
+    lease.extend(LONG).expect("extend on a quorum");
+    assert!(lease.remaining() > Duration::from_secs(20));
+    lease.release().expect("release on a quorum");
+    // A client that connects while the minority is down works too.
+    let late = client_fast_with_two_down(&nodes);
+    late.try_acquire(&key, LONG)
+        .expect("connect tolerates a minority down")
+        .release()
+        .unwrap();
+}
+
+fn client_fast_with_two_down(nodes: &[RedisServer]) -> Client {
+    client(&url(nodes, FAST))
+}
+
+#[test]
+fn three_nodes_killed_is_unavailable_quickly() {
+    let mut nodes = servers(5);
+    let client = client(&url(&nodes, FAST));
+    let key = unique_key("redlock-three-down");
+    let mut held = client.try_acquire(&key, LONG).unwrap();
+    for i in [0, 2, 4] {
+        nodes[i].kill();
+    }
+    let start = Instant::now();
+    assert_eq!(
+        kind(client.try_acquire(unique_key("other"), LONG)),
+        ErrorKind::Unavailable
+    );
+    let try_took = start.elapsed();
+    let start = Instant::now();
+    // A long wait does not make a dead cluster come back: one round, then Unavailable.
+    let err = client
+        .acquire(unique_key("other"), LONG, Duration::from_secs(30))
+        .unwrap_err();
+    let wait_took = start.elapsed();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(err.to_string().contains("quorum"), "{err}");
+    let start = Instant::now();
+    assert_eq!(kind(held.extend(LONG)), ErrorKind::Unavailable);
+    assert_eq!(kind(held.release_in_place()), ErrorKind::Unavailable);
+    let others_took = start.elapsed();
+    eprintln!(
+        "3 of 5 down: try_acquire {try_took:?}, acquire(wait 30 s) {wait_took:?}, extend+release {others_took:?}"
+    );
+    // The bound is connect + I/O timeout (400 ms) plus a little per call; generous for CI.
+    for took in [try_took, wait_took] {
+        assert!(took < Duration::from_secs(3), "took {took:?}");
+    }
+    assert!(others_took < Duration::from_secs(6), "took {others_took:?}");
+    // Connecting with a majority down fails the same way.
+    let start = Instant::now();
+    assert_eq!(kind(connect(&url(&nodes, FAST))), ErrorKind::Unavailable);
+    assert!(start.elapsed() < Duration::from_secs(3));
+}
+
+#[test]
+fn wrong_password_is_unavailable_and_hidden() {
+    let nodes: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start_with_password("right-one"))
+        .collect();
+    let hosts: Vec<String> = nodes.iter().map(RedisServer::addr).collect();
+    let good = format!("redlock://:right-one@{}?{FAST}", hosts.join(","));
+    client(&good)
+        .try_acquire(unique_key("pw"), LONG)
+        .unwrap()
+        .release()
+        .unwrap();
+    let bad = format!("redlock://:hunter2-wrong@{}?{FAST}", hosts.join(","));
+    let err = connect(&bad).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(!err.to_string().contains("hunter2"), "{err}");
+}
+
+#[test]
+fn minority_restarted_empty_during_a_hold_lets_nobody_in() {
+    let mut nodes = servers(5);
+    let url = url(&nodes, FAST);
+    let (a, b) = (client(&url), client(&url));
+    let key = unique_key("redlock-restart");
+    let mut held = a.try_acquire(&key, LONG).unwrap();
+    let fence = held.fence();
+    // Two nodes forget everything: they would grant the key, but three still hold it for A.
+    nodes[0].restart();
+    nodes[4].restart();
+    assert_eq!(kind(b.try_acquire(&key, LONG)), ErrorKind::NotAcquired);
+    assert_eq!(
+        kind(b.acquire(&key, LONG, Duration::from_millis(300))),
+        ErrorKind::NotAcquired
+    );
+    // B's failed rounds gave back what the empty nodes granted.
+    for i in [0, 4] {
+        let keys = nodes[i].command(&[b"KEYS", b"leasehold:l:*"]);
+        assert!(keys.starts_with("*0"), "node {i} still has {keys:?}");
+    }
+    held.extend(LONG).expect("A still holds a quorum");
+    held.release().expect("A releases on a quorum");
+    let next = b.try_acquire(&key, LONG).expect("free after A's release");
+    assert!(next.fence() > fence, "fence {} after {fence}", next.fence());
+    next.release().unwrap();
+}
+
+#[test]
+fn a_hung_node_does_not_stall_acquire() {
+    let nodes = servers(5);
+    let client = client(&url(&nodes, "connect_timeout_ms=300&io_timeout_ms=300"));
+    let key = unique_key("redlock-hung");
+    // Pool connections to every node first, so the hung one swallows requests on open sockets.
+    client.try_acquire(&key, LONG).unwrap().release().unwrap();
+    nodes[2].pause();
+    let mut slowest = Duration::ZERO;
+    let start = Instant::now();
+    for _ in 0..20 {
+        let t = Instant::now();
+        let lease = client.try_acquire(&key, LONG).expect("4 nodes answer");
+        lease.release().expect("release on 4 nodes");
+        slowest = slowest.max(t.elapsed());
+    }
+    let all = start.elapsed();
+    nodes[2].resume();
+    eprintln!("one node SIGSTOPped: 20 acquire+release cycles in {all:?}, slowest {slowest:?}");
+    // No cycle waits for the hung node's 300 ms I/O timeout (a quorum answers without it); the
+    // bound is generous for a loaded CI machine.
+    assert!(slowest < Duration::from_millis(600), "slowest {slowest:?}");
+    client
+        .try_acquire(&key, LONG)
+        .expect("works after the node wakes")
+        .release()
+        .unwrap();
+}
+
+#[test]
+fn fences_increase_across_minority_kills() {
+    let mut nodes = servers(5);
+    let client = client(&url(&nodes, FAST));
+    let key = unique_key("redlock-fence");
+    let mut fences = Vec::new();
+    let cycle = |fences: &mut Vec<u64>| {
+        for _ in 0..5 {
+            let lease = client.try_acquire(&key, LONG).expect("a quorum is up");
+            fences.push(lease.fence());
+            lease.release().unwrap();
+        }
+    };
+    cycle(&mut fences);
+    nodes[0].kill();
+    nodes[1].kill();
+    cycle(&mut fences);
+    // They come back empty: their counters start again from 0.
+    nodes[0].restart();
+    nodes[1].restart();
+    cycle(&mut fences);
+    // Now the quorum is the two amnesiac nodes and one that remembers.
+    nodes[2].kill();
+    nodes[3].kill();
+    cycle(&mut fences);
+    nodes[2].restart();
+    nodes[3].restart();
+    nodes[4].kill();
+    cycle(&mut fences);
+    eprintln!("fences: {fences:?}");
+    // The last quorum had two nodes restarted empty: the highest fence was written back to them.
+    let counter = nodes[0].command(&[b"GET", format!("leasehold:f:{key}").as_bytes()]);
+    let last = fences.last().copied().unwrap_or(0);
+    assert!(counter.ends_with(&format!("\r\n{last}\r\n")), "node 0 counter {counter:?}, last fence {last}");
+    assert!(
+        fences.windows(2).all(|w| w[1] > w[0]),
+        "fences must strictly increase: {fences:?}"
+    );
+}
+
+#[test]
+fn failed_round_leaves_no_partial_keys() {
+    let nodes = servers(3);
+    let url = url(&nodes, FAST);
+    let (a, b) = (client(&url), client(&url));
+    let key = unique_key("redlock-partial");
+    let held = a.try_acquire(&key, LONG).unwrap();
+    // Plant B's chance: free the key on one node by hand, so B's round gets that node only.
+    nodes[0].command(&[b"DEL", format!("leasehold:l:{key}").as_bytes()]);
+    assert_eq!(kind(b.try_acquire(&key, LONG)), ErrorKind::NotAcquired);
+    let left = nodes[0].command(&[b"EXISTS", format!("leasehold:l:{key}").as_bytes()]);
+    assert_eq!(left.trim(), ":0", "B's partial key on node 0 was given back");
+    held.release().expect("A still holds 2 of 3");
+}
