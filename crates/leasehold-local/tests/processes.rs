@@ -1,0 +1,470 @@
+//! Behaviour across real OS processes. Children are this test binary run again with
+//! `LEASEHOLD_LOCAL_CHILD` naming what to do (see `child_worker`); they report on stdout in lines
+//! starting with `@@ `.
+
+use leasehold_core::{Client, Config, ErrorKind};
+use leasehold_local::LocalBackend;
+use leasehold_testkit::TempDir;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const LONG: Duration = Duration::from_secs(30);
+
+fn client(url: &str) -> Client {
+    Client::new(LocalBackend::open(&Config::parse(url).expect("url")).expect("open"))
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to write into.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A child process that is killed if the test ends early, so a failing test never leaves a stopped
+/// or sleeping child behind.
+struct Kid(Child);
+
+impl Kid {
+    fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+
+    fn succeeded(&mut self) -> bool {
+        self.0.wait().map(|s| s.success()).unwrap_or(false)
+    }
+}
+
+impl Drop for Kid {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            self.kill();
+        }
+    }
+}
+
+fn spawn(mode: &str, url: &str, args: &[(&str, String)]) -> (Kid, BufReader<ChildStdout>) {
+    let mut cmd = Command::new(std::env::current_exe().expect("own path"));
+    cmd.args(["--exact", "child_worker", "--nocapture", "--test-threads=1"])
+        .env("LEASEHOLD_LOCAL_CHILD", mode)
+        .env("LEASEHOLD_LOCAL_URL", url)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    for (k, v) in args {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("spawn child");
+    let out = BufReader::new(child.stdout.take().expect("child stdout"));
+    (Kid(child), out)
+}
+
+/// The next `@@ ` line a child prints.
+fn report(out: &mut BufReader<ChildStdout>) -> String {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = out.read_line(&mut line).expect("read child output");
+        assert!(n > 0, "child ended without reporting");
+        // libtest prints `test child_worker ... ` without a newline before the test's own output.
+        if let Some(at) = line.find("@@ ") {
+            return line[at + 3..].trim().to_owned();
+        }
+    }
+}
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_default()
+}
+
+/// Not a test of its own: the body of every child process. Without `LEASEHOLD_LOCAL_CHILD` it does
+/// nothing.
+#[test]
+fn child_worker() {
+    let Ok(mode) = std::env::var("LEASEHOLD_LOCAL_CHILD") else {
+        return;
+    };
+    let url = env("LEASEHOLD_LOCAL_URL");
+    let key = env("KEY");
+    match mode.as_str() {
+        // acquire / read-increment-write of a counter file / release, printing every fence
+        "counter" => {
+            let c = client(&url);
+            let path = env("COUNTER");
+            let cycles: usize = env("CYCLES").parse().expect("CYCLES");
+            let mut fences = Vec::with_capacity(cycles);
+            for _ in 0..cycles {
+                let lease = c
+                    .acquire(&key, LONG, Duration::from_secs(120))
+                    .expect("acquire");
+                let seen: u64 = std::fs::read_to_string(&path)
+                    .ok()
+                    .and_then(|s| s.trim().parse().ok())
+                    .unwrap_or(0);
+                std::thread::yield_now();
+                std::fs::write(&path, (seen + 1).to_string()).expect("write counter");
+                fences.push(lease.fence().to_string());
+                lease.release().expect("release");
+            }
+            println!("@@ {}", fences.join(" "));
+        }
+        // take the key, report, then wait to be killed
+        "hold" => {
+            let c = client(&url);
+            let ttl = Duration::from_millis(env("TTL_MS").parse().expect("TTL_MS"));
+            let taken = monotonic_ns();
+            let lease = c.try_acquire(&key, ttl).expect("child takes the key");
+            println!("@@ {} {taken}", lease.fence());
+            std::thread::sleep(Duration::from_secs(60));
+        }
+        // wait for the key, report when it came
+        "wait" => {
+            let c = client(&url);
+            println!("@@ waiting");
+            let lease = c.acquire(&key, LONG, LONG).expect("waiter gets the key");
+            println!("@@ {} {}", monotonic_ns(), lease.fence());
+            lease.release().expect("release");
+        }
+        // lock a record file with flock and stop, as a process stopped inside an operation would
+        "flock-and-stop" => {
+            use std::os::fd::AsRawFd;
+            let file = std::fs::File::open(env("FILE")).expect("record file");
+            // SAFETY: plain syscalls on a descriptor we own.
+            assert_eq!(unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) }, 0);
+            println!("@@ locked");
+            unsafe { libc::raise(libc::SIGSTOP) };
+            std::thread::sleep(Duration::from_secs(60));
+        }
+        // acquire in a loop for a while, reporting every wait
+        "fair" => {
+            let c = client(&url);
+            let hold = Duration::from_micros(env("HOLD_US").parse().expect("HOLD_US"));
+            // Start together, or the first processes would have the key to themselves for a while.
+            println!("@@ ready");
+            let mut go = String::new();
+            std::io::stdin().read_line(&mut go).expect("go signal");
+            let end =
+                Instant::now() + Duration::from_millis(env("RUN_MS").parse().expect("RUN_MS"));
+            let mut waits = Vec::new();
+            while Instant::now() < end {
+                let start = Instant::now();
+                let lease = c
+                    .acquire(&key, LONG, Duration::from_secs(60))
+                    .expect("acquire");
+                waits.push(start.elapsed().as_micros().to_string());
+                std::thread::sleep(hold);
+                lease.release().expect("release");
+            }
+            println!("@@ {}", waits.join(" "));
+        }
+        other => panic!("unknown child mode {other}"),
+    }
+}
+
+#[test]
+fn four_processes_lose_no_increment() {
+    let dir = TempDir::new("local-procs");
+    let counter = dir.path().join("counter.txt");
+    let key = "processes:counter".to_string();
+    let cycles = 250;
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            spawn(
+                "counter",
+                &dir.file_url(),
+                &[
+                    ("KEY", key.clone()),
+                    ("COUNTER", counter.display().to_string()),
+                    ("CYCLES", cycles.to_string()),
+                ],
+            )
+        })
+        .collect();
+    let mut fences = Vec::new();
+    for (mut child, mut out) in children {
+        let line = report(&mut out);
+        let mine: Vec<u64> = line
+            .split_whitespace()
+            .map(|f| f.parse().unwrap())
+            .collect();
+        assert_eq!(mine.len(), cycles);
+        assert!(
+            mine.windows(2).all(|w| w[0] < w[1]),
+            "fences increase in each process"
+        );
+        fences.extend(mine);
+        assert!(child.succeeded());
+    }
+    let total: u64 = std::fs::read_to_string(&counter)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(total, 4 * cycles as u64, "lost increments");
+    fences.sort();
+    fences.dedup();
+    assert_eq!(
+        fences.len(),
+        4 * cycles,
+        "every acquisition got its own fence"
+    );
+}
+
+#[test]
+fn killed_holder_frees_the_key_after_its_ttl() {
+    let dir = TempDir::new("local-kill");
+    let url = dir.file_url();
+    let key = "processes:killed".to_string();
+    let ttl = Duration::from_millis(1500);
+    let (mut child, mut out) = spawn(
+        "hold",
+        &url,
+        &[
+            ("KEY", key.clone()),
+            ("TTL_MS", ttl.as_millis().to_string()),
+        ],
+    );
+    let line = report(&mut out);
+    let mut parts = line.split_whitespace().map(|p| p.parse::<u64>().unwrap());
+    let (child_fence, taken_ns) = (parts.next().unwrap(), parts.next().unwrap());
+    let c = client(&url);
+    child.kill();
+    let since_taken = || Duration::from_nanos(monotonic_ns().saturating_sub(taken_ns));
+    if since_taken() < ttl / 2 {
+        let err = c.try_acquire(&key, LONG).unwrap_err();
+        assert_eq!(
+            err.kind(),
+            ErrorKind::NotAcquired,
+            "the dead holder's lease still runs"
+        );
+    }
+    let lease = c
+        .acquire(&key, LONG, Duration::from_secs(20))
+        .expect("the key frees at the TTL");
+    let after = since_taken();
+    assert!(after >= ttl, "freed before the TTL ran out: {after:?}");
+    assert!(
+        after < ttl + Duration::from_secs(10),
+        "freed too late: {after:?}"
+    );
+    assert!(lease.fence() > child_fence);
+    lease.release().unwrap();
+}
+
+#[test]
+fn waiter_in_another_process_gets_a_released_key_quickly() {
+    let dir = TempDir::new("local-handoff");
+    let url = dir.file_url();
+    let key = "processes:handoff".to_string();
+    let c = client(&url);
+    let mut latencies = Vec::new();
+    for _ in 0..5 {
+        let lease = c.try_acquire(&key, LONG).unwrap();
+        let (mut child, mut out) = spawn("wait", &url, &[("KEY", key.clone())]);
+        assert_eq!(report(&mut out), "waiting");
+        // Give the child time to queue and block.
+        std::thread::sleep(Duration::from_millis(300));
+        let fence = lease.fence();
+        let released = monotonic_ns();
+        lease.release().unwrap();
+        let line = report(&mut out);
+        let mut parts = line.split_whitespace().map(|p| p.parse::<u64>().unwrap());
+        let (got, child_fence) = (parts.next().unwrap(), parts.next().unwrap());
+        assert!(child_fence > fence);
+        latencies.push(Duration::from_nanos(got.saturating_sub(released)));
+        assert!(child.succeeded());
+    }
+    latencies.sort();
+    eprintln!("cross-process handoff latencies: {latencies:?}");
+    // Peers poll every 100-500 ms; a waiter here is woken by the release itself.
+    assert!(
+        latencies[2] < Duration::from_millis(100),
+        "median handoff {:?}",
+        latencies[2]
+    );
+}
+
+#[test]
+fn stopped_process_holding_the_flock_gives_unavailable_not_a_hang() {
+    let dir = TempDir::new("local-stopped");
+    let url = format!("{}?io_timeout_ms=300", dir.file_url());
+    let c = client(&url);
+    let key = "processes:stopped";
+    c.try_acquire(key, LONG).unwrap().release().unwrap();
+    let record = record_files(dir.path()).pop().expect("a record file");
+    let (mut child, mut out) = spawn(
+        "flock-and-stop",
+        &url,
+        &[("FILE", record.display().to_string())],
+    );
+    assert_eq!(report(&mut out), "locked");
+
+    let start = Instant::now();
+    let err = c.try_acquire(key, LONG).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+
+    let start = Instant::now();
+    let err = c
+        .acquire(key, LONG, Duration::from_millis(200))
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "bounded by wait + io timeout: {:?}",
+        start.elapsed()
+    );
+    assert_eq!(c.inspect(key).unwrap_err().kind(), ErrorKind::Unavailable);
+
+    child.kill();
+    c.try_acquire(key, LONG)
+        .expect("works again once the process is gone")
+        .release()
+        .unwrap();
+}
+
+#[test]
+fn dead_waiter_does_not_block_the_queue() {
+    let dir = TempDir::new("local-dead-waiter");
+    let url = dir.file_url();
+    let key = "processes:dead-waiter".to_string();
+    let c = client(&url);
+    let lease = c.try_acquire(&key, LONG).unwrap();
+    let (mut child, mut out) = spawn("wait", &url, &[("KEY", key.clone())]);
+    assert_eq!(report(&mut out), "waiting");
+    std::thread::sleep(Duration::from_millis(300)); // the child is queued now
+    child.kill();
+    lease.release().unwrap();
+    let start = Instant::now();
+    let next = c
+        .acquire(&key, LONG, Duration::from_secs(10))
+        .expect("a dead waiter is skipped");
+    eprintln!("dead waiter skipped after {:?}", start.elapsed());
+    assert!(start.elapsed() < Duration::from_secs(5));
+    next.release().unwrap();
+}
+
+#[test]
+fn a_waiter_stopped_too_long_loses_its_place_but_still_gets_the_key() {
+    let dir = TempDir::new("local-stopped-waiter");
+    let url = dir.file_url();
+    let key = "processes:stopped-waiter".to_string();
+    let c = client(&url);
+    let lease = c.try_acquire(&key, LONG).unwrap();
+    let (mut child, mut out) = spawn("wait", &url, &[("KEY", key.clone())]);
+    assert_eq!(report(&mut out), "waiting");
+    std::thread::sleep(Duration::from_millis(300)); // queued
+    let pid = child.0.id() as libc::pid_t;
+    let record = record_files(dir.path()).pop().expect("a record file");
+    for _ in 0..50 {
+        // SAFETY: signals to our own child process.
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+        std::thread::sleep(Duration::from_millis(20));
+        if !flock_is_held(&record) {
+            break;
+        }
+        // Stopped inside its few microseconds under the flock: let it finish and stop it again.
+        unsafe { libc::kill(pid, libc::SIGCONT) };
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(!flock_is_held(&record));
+    // Long enough to count as dead: the next look drops it from the queue.
+    std::thread::sleep(leasehold_local::STALE_WAITER + Duration::from_millis(300));
+    let fence = lease.fence();
+    lease.release().unwrap();
+    let meanwhile = c
+        .try_acquire(&key, LONG)
+        .expect("a stopped waiter does not keep the key from others");
+    meanwhile.release().unwrap();
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let line = report(&mut out);
+    let child_fence: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(
+        child_fence > fence + 1,
+        "the resumed waiter queued again and got the key"
+    );
+    assert!(child.succeeded());
+}
+
+#[test]
+fn eight_processes_share_the_key_fairly() {
+    let dir = TempDir::new("local-fair");
+    let url = dir.file_url();
+    let key = "processes:fair".to_string();
+    let children: Vec<_> = (0..8)
+        .map(|_| {
+            spawn(
+                "fair",
+                &url,
+                &[
+                    ("KEY", key.clone()),
+                    ("HOLD_US", "1000".into()),
+                    ("RUN_MS", "3000".into()),
+                ],
+            )
+        })
+        .collect();
+    let mut children: Vec<_> = children
+        .into_iter()
+        .map(|(child, mut out)| {
+            assert_eq!(report(&mut out), "ready");
+            (child, out)
+        })
+        .collect();
+    for (child, _) in &mut children {
+        let stdin = child.0.stdin.as_mut().expect("child stdin");
+        stdin.write_all(b"go\n").expect("send go");
+        stdin.flush().expect("send go");
+    }
+    let mut counts = Vec::new();
+    let mut all = Vec::new();
+    for (mut child, mut out) in children {
+        let waits: Vec<u64> = report(&mut out)
+            .split_whitespace()
+            .map(|w| w.parse().unwrap())
+            .collect();
+        counts.push(waits.len());
+        all.extend(waits);
+        assert!(child.succeeded());
+    }
+    all.sort();
+    let median = all[all.len() / 2];
+    let longest = *all.last().unwrap();
+    eprintln!(
+        "fairness: acquisitions per process {counts:?}; median wait {median} µs, longest {longest} µs ({:.1}x)",
+        longest as f64 / median.max(1) as f64
+    );
+    let (min, max) = (*counts.iter().min().unwrap(), *counts.iter().max().unwrap());
+    assert!(min > 0, "every process got the key: {counts:?}");
+    assert!(
+        min * 2 >= max,
+        "FIFO shares the key about evenly: {counts:?}"
+    );
+}
+
+fn record_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("k-"))
+        .collect()
+}
+
+fn flock_is_held(path: &std::path::Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(path).expect("record file");
+    // SAFETY: plain syscalls on a descriptor we own.
+    let free = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+    if free {
+        unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
+    }
+    !free
+}
