@@ -43,6 +43,12 @@ pub fn connect_config(config: &Config) -> Result<Client> {
     let client = match &config.backend {
         BackendConfig::Local { .. } => Client::new(leasehold_local::LocalBackend::open(config)?),
         BackendConfig::Redis { .. } => Client::new(leasehold_redis::RedisBackend::connect(config)?),
+        BackendConfig::Redlock { .. } => {
+            Client::new(leasehold_redis::RedlockBackend::connect(config)?)
+        }
+        BackendConfig::Postgres(_) => {
+            Client::new(leasehold_postgres::PostgresBackend::connect(config)?)
+        }
         _ => {
             return Err(Error::InvalidArgument(format!(
                 "backend {} is not available in this build",

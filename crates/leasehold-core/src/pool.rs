@@ -116,13 +116,16 @@ impl<M: ManageConnection> Pool<M> {
     }
 
     /// An idle connection (most recently returned first), or a new one while fewer than `max_size`
-    /// exist, waiting at most `timeout` for one to come back.
+    /// exist, waiting at most `timeout` for one to come back. A connection that cannot be opened is
+    /// tried again (1 ms, doubling to 100 ms) until `timeout`, so a server restart shorter than that is
+    /// ridden out; the last connect error is returned when it runs out.
     pub fn get_timeout(
         &self,
         timeout: Duration,
     ) -> Result<PooledConnection<M>, PoolError<M::Error>> {
         let start = Instant::now();
         let deadline = start.checked_add(timeout).unwrap_or(start);
+        let mut pause = Duration::from_millis(1);
         let mut state = self.0.lock();
         loop {
             if let Some(conn) = state.idle.pop() {
@@ -132,14 +135,21 @@ impl<M: ManageConnection> Pool<M> {
                 state.open += 1;
                 drop(state);
                 // Connecting can take up to the connect timeout: never with the lock held.
-                return match self.0.manager.connect() {
-                    Ok(conn) => Ok(self.wrap(conn)),
+                match self.0.manager.connect() {
+                    Ok(conn) => return Ok(self.wrap(conn)),
                     Err(e) => {
                         self.0.lock().open -= 1;
                         self.0.returned.notify_one();
-                        Err(PoolError::Connect(e))
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        if left.is_zero() {
+                            return Err(PoolError::Connect(e));
+                        }
+                        std::thread::sleep(pause.min(left));
+                        pause = (pause * 2).min(Duration::from_millis(100));
                     }
-                };
+                }
+                state = self.0.lock();
+                continue;
             }
             let now = Instant::now();
             if now >= deadline {

@@ -1,4 +1,4 @@
-//! Opening connections to one Redis server for an r2d2 pool: connect timeout, read and write
+//! Opening connections to one Redis server for a connection pool: connect timeout, read and write
 //! timeouts, AUTH (user and password, for ACLs), the db number, TLS for `rediss://`, and a record
 //! of which connections are known to be broken so the pool drops them instead of handing them out
 //! again.
@@ -42,7 +42,7 @@ impl std::fmt::Debug for Conn {
     }
 }
 
-/// The r2d2 connection manager for one server.
+/// The pool's connection manager for one server.
 #[derive(Debug)]
 pub struct Manager {
     client: redis::Client,
@@ -96,7 +96,7 @@ impl Manager {
     }
 }
 
-impl r2d2::ManageConnection for Manager {
+impl leasehold_core::pool::ManageConnection for Manager {
     type Connection = Conn;
     type Error = RedisError;
 
@@ -113,10 +113,6 @@ impl r2d2::ManageConnection for Manager {
             generation,
             made: Instant::now(),
         })
-    }
-
-    fn is_valid(&self, conn: &mut Conn) -> Result<(), RedisError> {
-        redis::cmd("PING").query::<()>(&mut conn.inner)
     }
 
     fn has_broken(&self, conn: &mut Conn) -> bool {

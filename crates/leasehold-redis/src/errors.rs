@@ -62,7 +62,11 @@ pub(crate) fn from_redis(err: &RedisError, what: &str, server: &str, secrets: &[
 }
 
 /// A pool checkout that ran out of time: the server is down, hung, or every connection is busy.
-pub(crate) fn from_pool(err: &r2d2::Error, server: &str, secrets: &[&str]) -> Error {
+pub(crate) fn from_pool(
+    err: &leasehold_core::pool::PoolError<RedisError>,
+    server: &str,
+    secrets: &[&str],
+) -> Error {
     Error::unavailable(format!("redis {server}: no connection: {err}"), secrets)
 }
 

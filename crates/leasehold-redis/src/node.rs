@@ -13,8 +13,8 @@ use crate::scripts::{
     ACQUIRE_SCRIPT, ALL, EXTEND_SCRIPT, INSPECT_SCRIPT, RAISE_FENCE_SCRIPT, RELEASE_SCRIPT,
 };
 use leasehold_core::config::RedisServer;
+use leasehold_core::pool::{ManageConnection, Pool, PooledConnection};
 use leasehold_core::{Error, KeyInfo, Result, Token, Ttl};
-use r2d2::{Pool, PooledConnection};
 use redis::{Connection, RedisResult};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -131,8 +131,9 @@ impl Node {
         Ok(Node {
             probe,
             name,
-            pool: build_pool(manager, pool_size, &settings),
-            waiters: build_pool(waiter_manager, pool_size, &settings),
+            // Connections are made on demand: a backend nobody uses holds no server resources.
+            pool: Pool::new(manager, pool_size),
+            waiters: Pool::new(waiter_manager, pool_size),
             generation,
             settings,
             secrets,
@@ -148,7 +149,9 @@ impl Node {
         // The check runs on a connection of its own rather than through the pool, whose checkout
         // would retry a refused connection or a wrong password until the connect timeout: the
         // caller learns at once, with the server's own reason.
-        let mut first = r2d2::ManageConnection::connect(&self.probe)
+        let mut first = self
+            .probe
+            .connect()
             .map_err(|e| from_redis(&e, "connect", &self.name, &refs))?;
         load_scripts(&mut first.inner).map_err(|e| from_redis(&e, "connect", &self.name, &refs))?;
         // INFO may be denied by an ACL; a server that does not say is taken to be current.
@@ -287,6 +290,17 @@ impl Node {
         let remaining = u64::try_from(pttl).ok().map(Duration::from_millis);
         let fence = u64::try_from(fence).ok();
         Ok(KeyInfo::new(held, remaining, fence))
+    }
+
+    /// Runs `f` on a pooled lease-operation connection, bounded and retried like every call here:
+    /// for the scripts only Redlock uses (see `redlock_node.rs`).
+    pub(crate) fn call<T>(
+        &self,
+        what: &str,
+        f: impl FnMut(&mut Connection) -> RedisResult<T>,
+    ) -> Result<T> {
+        self.run(&self.pool, what, self.settings.connect_timeout, f)
+            .map_err(Failure::into_error)
     }
 
     /// Raises the key's fence counter to at least `fence` (never lowers it), for Redlock's fence
@@ -435,20 +449,6 @@ fn load_scripts(conn: &mut Connection) -> RedisResult<()> {
 fn mark_broken(conn: &mut PooledConnection<Manager>) {
     let c: &mut Conn = conn;
     c.broken = true;
-}
-
-fn build_pool(manager: Manager, size: u32, settings: &ConnectSettings) -> Pool<Manager> {
-    Pool::builder()
-        .max_size(size.max(1))
-        // Connections are made on demand: a backend nobody uses holds no server resources, and
-        // `connect` checks reachability itself.
-        .min_idle(Some(0))
-        // A PING per checkout would double every call's round trips; broken connections are caught
-        // by their first failure instead (and a stale one is retried once, see `Node::run`).
-        .test_on_check_out(false)
-        .connection_timeout(settings.connect_timeout)
-        .error_handler(Box::new(r2d2::NopErrorHandler))
-        .build_unchecked(manager)
 }
 
 /// How much later than the client's own deadline a precise `BLPOP` asks the server to give up: more
