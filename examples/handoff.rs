@@ -57,7 +57,14 @@ fn main() {
     );
     println!(
         "{:<18} {:<10} {:>9} {:>11} {:>11} {:>11} {:>11} {:>7}",
-        "backend", "waiting", "cycles/s", "handoff p50", "handoff p99", "wait p50", "wait max", "max/p50"
+        "backend",
+        "waiting",
+        "cycles/s",
+        "handoff p50",
+        "handoff p99",
+        "wait p50",
+        "wait max",
+        "max/p50"
     );
     let exe = std::env::current_exe().expect("own path");
     for (name, url) in backends.iter().filter(|(n, _)| want(n)) {

@@ -15,7 +15,9 @@ const ROUNDS: usize = 15;
 fn round(client: &Client, key: &str, cycles: usize) -> Duration {
     let start = Instant::now();
     for _ in 0..cycles {
-        let lease = client.try_acquire(key, Duration::from_secs(10)).expect("acquire");
+        let lease = client
+            .try_acquire(key, Duration::from_secs(10))
+            .expect("acquire");
         lease.release().expect("release");
     }
     start.elapsed() / cycles as u32

@@ -97,9 +97,32 @@ enum leasehold_status leasehold_client_open(const char *url,
                                             struct leasehold_client **client_out);
 
 /**
+ * Like `leasehold_client_open`, but shares one client per distinct `url` (compared as text) in this
+ * process: for php-fpm and other hosts that keep the library loaded while their own objects come
+ * and go (a PHP request), so each worker connects once instead of once per request.
+ *
+ * Each successful call gives a new reference in `*client_out` (calls for one URL may return the
+ * same pointer value), which the caller owns and frees with `leasehold_client_free` as usual, once
+ * per successful call; freeing drops only that reference. The shared client itself (its
+ * connections, its counters in `leasehold_client_stats_json`) lives until the process exits, and
+ * so that the cache outlives hosts that dlclose() the library between uses (PHP's FFI without
+ * preloading), the first call pins the library in memory (RTLD_NODELETE). The first call for a
+ * URL connects (and may fail like `leasehold_client_open`; a failure is not remembered, so the
+ * next call tries again); later calls make no network call. A fork() child gets clients of its
+ * own on its first call for each URL, never the parent's.
+ * NULL `url` or `client_out`, or a bad URL: `LEASEHOLD_INVALID_ARGUMENT`. Thread-safe.
+ *
+ * # Safety
+ * As for `leasehold_client_open`.
+ */
+enum leasehold_status leasehold_client_open_persistent(const char *url,
+                                                       struct leasehold_client **client_out);
+
+/**
  * Gives up the caller's reference to `client`. Its connections close once no lease taken through
- * it is left (leases keep it alive). NULL is a no-op. In a fork() child, the connections the
- * client inherited from the parent are left open and untouched.
+ * it is left (leases keep it alive) and, for a client from `leasehold_client_open_persistent`,
+ * never before the process exits (the process-wide cache keeps it). NULL is a no-op. In a fork()
+ * child, the connections the client inherited from the parent are left open and untouched.
  *
  * # Safety
  * `client` is NULL or a pointer from `leasehold_client_open` not yet freed; it must not be used
@@ -170,6 +193,45 @@ enum leasehold_status leasehold_lease_release(struct leasehold_lease *lease);
 enum leasehold_status leasehold_lease_extend(struct leasehold_lease *lease, uint64_t ttl_ms);
 
 /**
+ * Turns background renewal of the lease on (`true`) or off (`false`), for work that runs longer
+ * than the TTL and cannot stop to call `leasehold_lease_extend`.
+ *
+ * While on, a library thread (one per process, shared by every lease; not one per lease) extends
+ * the lease by its TTL (the last one given to acquire or extend) every third of the TTL, so the
+ * caller's thread never has to. Renewal stops when the lease is released or freed, when it is
+ * turned off, and in a fork() child (the child has no renewal thread; only the parent renews).
+ * A renewal that finds the lease lost stops renewing and is never silent: from then on
+ * `leasehold_lease_remaining_ms` is ≤ 0, the next `leasehold_lease_release` or
+ * `leasehold_lease_extend` gives `LEASEHOLD_LOST`, and `leasehold_lease_keep_alive_status`
+ * reports it. Check `leasehold_lease_remaining_ms` (no network call) before each step of the work
+ * that must not run unprotected. A renewal that fails for another reason (backend unavailable) is
+ * retried soon, within the TTL.
+ *
+ * `LEASEHOLD_INVALID_ARGUMENT` for NULL, for a released lease ("already released") and in a
+ * fork() child for a lease the parent took (nothing is touched then). Makes no network call.
+ *
+ * # Safety
+ * `lease` is NULL or a live lease not used by another thread during the call.
+ */
+enum leasehold_status leasehold_lease_keep_alive(struct leasehold_lease *lease, bool enabled);
+
+/**
+ * How background renewal (`leasehold_lease_keep_alive`) is faring: `LEASEHOLD_OK` while no
+ * renewal has failed (or the latest one succeeded, or renewal was never turned on); otherwise the
+ * status of the latest failed renewal, with its message in `leasehold_last_error()`:
+ * `LEASEHOLD_LOST` once a renewal found the lease lost (final: renewal has stopped), or
+ * `LEASEHOLD_UNAVAILABLE` while renewals fail and are being retried (the lease may still be
+ * ours; watch `leasehold_lease_remaining_ms`). Makes no network call.
+ *
+ * `LEASEHOLD_INVALID_ARGUMENT` for NULL, and in a fork() child for a lease the parent took (the
+ * parent's renewal state is not readable from the child).
+ *
+ * # Safety
+ * `lease` is NULL or a live lease not used by another thread during the call.
+ */
+enum leasehold_status leasehold_lease_keep_alive_status(const struct leasehold_lease *lease);
+
+/**
  * The lease's fencing token: strictly increasing per key, starting at 1. Hand it to the store you
  * protect so it can reject a stale holder. 0 for NULL. Makes no network call.
  *
@@ -180,8 +242,8 @@ uint64_t leasehold_lease_fence(const struct leasehold_lease *lease);
 
 /**
  * Milliseconds left on the lease by the local monotonic clock, minus the clock-drift allowance:
- * conservative, and makes no network call. At most 0 once the lease expired or was released;
- * 0 for NULL.
+ * conservative, and makes no network call. At most 0 once the lease expired, was released, or a
+ * keep-alive renewal found it lost; 0 for NULL. Kept-alive leases move it forward at each renewal.
  *
  * # Safety
  * `lease` is NULL or a live lease.
@@ -199,11 +261,53 @@ const char *leasehold_lease_token(const struct leasehold_lease *lease);
 
 /**
  * Frees a lease. If it is still held, it is released first (the outcome is not reported; call
- * `leasehold_lease_release` to see it). NULL is a no-op. In a fork() child, a lease the parent
- * took is only forgotten here: the parent keeps its lock. Works whether or not its client was
- * freed already.
+ * `leasehold_lease_release` to see it), which also ends its keep-alive renewal. NULL is a no-op.
+ * In a fork() child, a lease the parent took is only forgotten here: the parent keeps its lock.
+ * Works whether or not its client was freed already.
  *
  * # Safety
  * `lease` is NULL or a live lease; it must not be used after this call.
  */
 void leasehold_lease_free(struct leasehold_lease *lease);
+
+/**
+ * The client's counters and histograms as one JSON object (a snapshot; makes no network call):
+ *
+ * `{"acquire_attempts":N,"acquired":N,"not_acquired":N,"releases_ok":N,"releases_lost":N,`
+ * `"extends_ok":N,"extends_lost":N,"expired":N,"keepalive_renewals":N,"keepalive_failures":N,`
+ * `"retries":N,"errors":{"not_acquired":N,"lost":N,"unavailable":N,"invalid_argument":N,`
+ * `"internal":N},"wait_seconds":H,"hold_seconds":H,"round_trip_seconds":H}` where each histogram
+ * H is `{"count":N,"sum":seconds,"buckets":[[upper_bound_seconds,cumulative_count],…,["+Inf",N]]}`.
+ * New members may be added in later versions; ignore the ones you do not know.
+ *
+ * What is counted: `acquire_attempts` every acquire that reached the backend; `acquired` /
+ * `not_acquired` its outcome (contention); `releases_ok` / `releases_lost`, `extends_ok` /
+ * `extends_lost` (keep-alive renewals that found the lease lost included); `expired` leases found
+ * lost after their local deadline had passed; `keepalive_renewals` / `keepalive_failures`;
+ * `retries` extra attempts inside waits and multi-node rounds; `errors` failed calls by kind. The
+ * counts cover every handle sharing this client (all threads, and every reference of a persistent
+ * client). In a fork() child the client reconnects and its counts start from zero.
+ *
+ * Returns NULL (with `leasehold_last_error()` set) for a NULL `client`, and in a fork() child if
+ * reconnecting fails. The string is owned by the library: do not free it; it stays valid until
+ * the next leasehold call on this thread (copy it to keep it). Thread-safe.
+ *
+ * # Safety
+ * `client` is NULL or a live client.
+ */
+const char *leasehold_client_stats_json(const struct leasehold_client *client);
+
+/**
+ * The same counters in the Prometheus text exposition format (version 0.0.4), ready to serve as
+ * the body of a `/metrics` response (`Content-Type: text/plain; version=0.0.4`): counters named
+ * `leasehold_<counter>_total`, `leasehold_errors_total{kind="…"}`, and histograms
+ * `leasehold_wait_seconds`, `leasehold_hold_seconds`, `leasehold_round_trip_seconds`. Every series
+ * carries the labels `backend` (such as "local" or "redis") and `prefix` (the URL's key prefix),
+ * never a key or a password. Makes no network call.
+ *
+ * NULL, ownership, lifetime and fork() as for `leasehold_client_stats_json`. Thread-safe.
+ *
+ * # Safety
+ * `client` is NULL or a live client.
+ */
+const char *leasehold_client_metrics(const struct leasehold_client *client);

@@ -33,7 +33,16 @@ fn check_fairness(name: &str, url: &str) {
     let args = ["worker_entry", "--exact", "--nocapture", "--test-threads=1"];
     let key = format!("fairness:{name}");
     let hold = Duration::from_millis(2);
-    let records = contend::run(&exe, &args, url, &key, WORKERS, duration(), hold, Waiting::Native);
+    let records = contend::run(
+        &exe,
+        &args,
+        url,
+        &key,
+        WORKERS,
+        duration(),
+        hold,
+        Waiting::Native,
+    );
     let r = analyze(&records, WORKERS, duration());
     eprintln!(
         "{name}: {} acquisitions ({:.0}/s), per process {:?}; wait p50 {} max {} ({:.1}× the median); handoff p50 {} p99 {}",
@@ -48,7 +57,11 @@ fn check_fairness(name: &str, url: &str) {
     );
     assert_eq!(r.overlaps, 0, "{name}: two holders at once");
     assert_eq!(r.fence_regressions, 0, "{name}: fence went backwards");
-    assert!(r.per_worker.iter().all(|n| *n > 0), "{name}: a process never got the lock: {:?}", r.per_worker);
+    assert!(
+        r.per_worker.iter().all(|n| *n > 0),
+        "{name}: a process never got the lock: {:?}",
+        r.per_worker
+    );
     assert!(
         r.wait.max <= r.wait.p50 * 10,
         "{name}: longest wait {} is more than 10× the median {}",
@@ -56,7 +69,11 @@ fn check_fairness(name: &str, url: &str) {
         ms(r.wait.p50)
     );
     // The wake-up: a waiter gets a released key long before any poll interval of the peers (100-500 ms).
-    assert!(r.handoff.p50 < Duration::from_millis(50), "{name}: handoff p50 {}", ms(r.handoff.p50));
+    assert!(
+        r.handoff.p50 < Duration::from_millis(50),
+        "{name}: handoff p50 {}",
+        ms(r.handoff.p50)
+    );
 }
 
 #[test]
@@ -69,4 +86,11 @@ fn fair_on_local_files() {
 fn fair_on_redis() {
     let server = RedisServer::start();
     check_fairness("redis", &server.url());
+}
+
+#[test]
+fn fair_on_redlock() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let hosts: Vec<String> = servers.iter().map(RedisServer::addr).collect();
+    check_fairness("redlock", &format!("redlock://{}", hosts.join(",")));
 }

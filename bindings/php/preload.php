@@ -35,6 +35,7 @@ foreach ([
     'Exception/LibraryException',
     'Key',
     'Seconds',
+    'Events',
     'Library',
     'Client',
     'Lock',

@@ -86,7 +86,9 @@ pub fn worker_main() -> bool {
                         rng ^= rng << 17;
                         let tenth = every.as_micros() as u64 / 10;
                         let jitter = rng % (2 * tenth + 1);
-                        std::thread::sleep(every - Duration::from_micros(tenth) + Duration::from_micros(jitter));
+                        std::thread::sleep(
+                            every - Duration::from_micros(tenth) + Duration::from_micros(jitter),
+                        );
                     }
                     Err(leasehold::Error::NotAcquired(_)) => return true,
                     Err(e) => panic!("try_acquire: {e}"),
@@ -108,6 +110,7 @@ pub fn worker_main() -> bool {
 
 /// Starts `workers` processes of `exe args…` contending for `key` on `url` for `duration`, and collects
 /// their records.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     exe: &std::path::Path,
     args: &[&str],
@@ -143,7 +146,9 @@ pub fn run(
         let out = child.stdout.take().expect("worker stdout");
         for line in BufReader::new(out).lines() {
             let line = line.expect("worker output");
-            let Some(rest) = line.strip_prefix("R ") else { continue };
+            let Some(rest) = line.strip_prefix("R ") else {
+                continue;
+            };
             let f: Vec<u64> = rest.split(' ').map(|x| x.parse().unwrap()).collect();
             records.push(Record {
                 worker: f[0] as usize,
@@ -154,7 +159,10 @@ pub fn run(
                 fence: f[5],
             });
         }
-        assert!(child.wait().expect("worker exit").success(), "a worker failed");
+        assert!(
+            child.wait().expect("worker exit").success(),
+            "a worker failed"
+        );
     }
     records.sort_by_key(|r| r.t1);
     records

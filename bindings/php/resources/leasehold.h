@@ -27,3 +27,8 @@ uint64_t leasehold_lease_fence(const leasehold_lease *lease);
 int64_t leasehold_lease_remaining_ms(const leasehold_lease *lease);
 const char *leasehold_lease_token(const leasehold_lease *lease);
 void leasehold_lease_free(leasehold_lease *lease);
+leasehold_status leasehold_client_open_persistent(const char *url, leasehold_client **client_out);
+leasehold_status leasehold_lease_keep_alive(leasehold_lease *lease, bool enabled);
+leasehold_status leasehold_lease_keep_alive_status(const leasehold_lease *lease);
+const char *leasehold_client_stats_json(const leasehold_client *client);
+const char *leasehold_client_metrics(const leasehold_client *client);

@@ -22,35 +22,111 @@ final class Client
     public const DEFAULT_WAIT = 10.0;
 
     private ?\FFI\CData $handle;
+    private readonly ?Events $events;
 
-    private function __construct(private readonly Library $library, \FFI\CData $handle)
-    {
+    private function __construct(
+        private readonly Library $library,
+        \FFI\CData $handle,
+        private readonly bool $persistent,
+        ?object $logger,
+    ) {
         $this->handle = $handle;
+        $this->events = $logger === null ? null : new Events($logger);
     }
 
     /**
-     * @param string      $url     the backend, e.g. file:///var/lib/leasehold or redis://127.0.0.1:6379
-     *                             (query parameters: prefix, connect_timeout_ms, io_timeout_ms, pool_size)
-     * @param string|null $library path of libleasehold; null for the preloaded scope, LEASEHOLD_LIBRARY or the
-     *                             workspace's target/release build
+     * @param string      $url        the backend, e.g. file:///var/lib/leasehold or redis://127.0.0.1:6379
+     *                                (query parameters: prefix, connect_timeout_ms, io_timeout_ms, pool_size)
+     * @param string|null $library    path of libleasehold; null for the preloaded scope, LEASEHOLD_LIBRARY or the
+     *                                workspace's target/release build
+     * @param bool        $persistent share one connection per URL for the life of the process (php-fpm worker):
+     *                                the first connect() opens it, later ones (in later requests too) reuse it,
+     *                                and so do its stats(); a pcntl_fork() child gets its own
+     * @param \Psr\Log\LoggerInterface|null $logger receives PSR-3 events: acquired, released (debug); lost,
+     *                                expired while held (warning); backend errors (error); retries (debug).
+     *                                psr/log is only needed when a logger is given
      *
      * @throws Exception\InvalidArgumentException    a malformed URL, an unknown scheme or parameter
      * @throws Exception\BackendUnavailableException the backend does not answer within the timeouts
      * @throws Exception\LibraryException            libleasehold cannot be loaded
      */
-    public static function connect(string $url, ?string $library = null): self
-    {
+    public static function connect(
+        string $url,
+        ?string $library = null,
+        bool $persistent = false,
+        ?\Psr\Log\LoggerInterface $logger = null,
+    ): self {
         if (str_contains($url, "\0")) {
             throw new InvalidArgumentException('the URL contains a NUL byte');
         }
         $binding = Library::load($library);
         $ffi = $binding->ffi();
         $out = $ffi->new('leasehold_client*');
-        $status = $ffi->leasehold_client_open($url, \FFI::addr($out));
+        $status = $persistent
+            ? $ffi->leasehold_client_open_persistent($url, \FFI::addr($out))
+            : $ffi->leasehold_client_open($url, \FFI::addr($out));
         if ($status !== Library::OK) {
-            throw $binding->error($status, 'cannot open the client');
+            $error = $binding->error($status, 'cannot open the client');
+            if ($logger !== null && ($status === Library::UNAVAILABLE || $status === Library::INTERNAL)) {
+                // The library's message, never the URL: it may hold a password.
+                (new Events($logger))->backendError('connect', $status, $error->getMessage());
+            }
+            throw $error;
         }
-        return new self($binding, $out);
+        return new self($binding, $out, $persistent, $logger);
+    }
+
+    /**
+     * This client's counters, decoded from the library's JSON (one snapshot, no network call): acquire_attempts,
+     * acquired, not_acquired (contention), releases_ok, releases_lost, extends_ok, extends_lost, expired,
+     * keepalive_renewals, keepalive_failures, retries (integers), errors (kind => count), and the histograms
+     * wait_seconds, hold_seconds, round_trip_seconds (count, sum in seconds, cumulative buckets as
+     * [upper bound in seconds or "+Inf", count] pairs). A persistent client's counts cover every request the worker
+     * served with it; after pcntl_fork() the child's client counts from zero.
+     *
+     * @return array<string, mixed>
+     *
+     * @throws Exception\BackendUnavailableException in a forked child whose client cannot reconnect
+     */
+    public function stats(): array
+    {
+        $json = $this->library->ffi()->leasehold_client_stats_json($this->handle());
+        if ($json === null) {
+            throw $this->library->error(Library::UNAVAILABLE, 'cannot read the stats');
+        }
+        $stats = json_decode((string) $json, true, 16, JSON_THROW_ON_ERROR);
+        if (!is_array($stats)) {
+            throw new Exception\InternalException('the library returned stats that are not a JSON object');
+        }
+        return $stats;
+    }
+
+    /**
+     * The same counters in the Prometheus text exposition format, labelled with the backend and the URL's key
+     * prefix (never a key or a password): serve it on /metrics with
+     * `header('Content-Type: text/plain; version=0.0.4')` (see examples/php/metrics.php).
+     *
+     * @throws Exception\BackendUnavailableException in a forked child whose client cannot reconnect
+     */
+    public function metrics(): string
+    {
+        $text = $this->library->ffi()->leasehold_client_metrics($this->handle());
+        if ($text === null) {
+            throw $this->library->error(Library::UNAVAILABLE, 'cannot read the metrics');
+        }
+        return (string) $text;
+    }
+
+    /** True when this client shares the process-wide connection for its URL (connect(persistent: true)). */
+    public function isPersistent(): bool
+    {
+        return $this->persistent;
+    }
+
+    /** @internal the PSR-3 events, null without a logger */
+    public function events(): ?Events
+    {
+        return $this->events;
     }
 
     /**
@@ -148,7 +224,8 @@ final class Client
         }
         try {
             // Leases hold their own reference to the client inside the library, so locks that outlive this
-            // object (PHP's shutdown destroys objects in any order) stay valid.
+            // object (PHP's shutdown destroys objects in any order) stay valid. For a persistent client this
+            // drops only this object's reference: the process keeps the connection for the next request.
             $this->library->ffi()->leasehold_client_free($handle);
         } catch (\Throwable) {
             // A destructor must never throw.

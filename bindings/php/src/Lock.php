@@ -5,6 +5,7 @@ declare(strict_types=1);
 namespace Leasehold;
 
 use Leasehold\Exception\InvalidArgumentException;
+use Leasehold\Exception\LeaseholdException;
 use Leasehold\Exception\LockLostException;
 
 /**
@@ -14,11 +15,17 @@ use Leasehold\Exception\LockLostException;
  * not hold it does nothing. The destructor releases a held lease and never throws. A lease belongs to the process
  * that acquired it: in a child made by pcntl_fork() the inherited object holds nothing, and the child's exit does
  * not release the parent's lease.
+ *
+ * For work longer than the TTL, keepAlive() lets the library renew the lease in the background while PHP works.
  */
 final class Lock
 {
     private ?\FFI\CData $lease = null;
     private int $ownerPid = 0;
+    private bool $keepingAlive = false;
+    /** The renewal failure of the lease this object holds or held last; kept after the lease is given up. */
+    private ?LeaseholdException $keepAliveFailure = null;
+    private bool $keepAliveLossLogged = false;
 
     /** @internal use Client::createLock() */
     public function __construct(
@@ -40,6 +47,8 @@ final class Lock
         $this->refuseIfHeld();
         $ffi = $this->client->library()->ffi();
         $out = $ffi->new('leasehold_lease*');
+        $retries = $this->retriesSoFar();
+        $start = hrtime(true);
         $status = $ffi->leasehold_try_acquire(
             $this->client->handle(),
             $this->key,
@@ -47,7 +56,7 @@ final class Lock
             $this->ttlMs,
             \FFI::addr($out),
         );
-        return $this->settle($status, $out);
+        return $this->settle($status, $out, $start, $retries);
     }
 
     /**
@@ -65,6 +74,8 @@ final class Lock
         $this->refuseIfHeld();
         $ffi = $this->client->library()->ffi();
         $out = $ffi->new('leasehold_lease*');
+        $retries = $this->retriesSoFar();
+        $start = hrtime(true);
         $status = $ffi->leasehold_acquire(
             $this->client->handle(),
             $this->key,
@@ -73,7 +84,7 @@ final class Lock
             $waitMs,
             \FFI::addr($out),
         );
-        return $this->settle($status, $out);
+        return $this->settle($status, $out, $start, $retries);
     }
 
     /**
@@ -91,12 +102,16 @@ final class Lock
         }
         $ffi = $this->client->library()->ffi();
         $lease = $this->lease;
+        $fence = $this->fence() ?? 0;
+        $remainingMs = $ffi->leasehold_lease_remaining_ms($lease);
         $status = $ffi->leasehold_lease_release($lease);
         if ($status === Library::OK) {
+            $this->client->events()?->released($this->key, $fence);
             $this->forget();
             return;
         }
         $error = $this->client->library()->error($status, 'cannot release the lease');
+        $this->report($status, $error, 'release', $fence, $remainingMs);
         // After Unavailable (or an internal error) the library still holds the lease, so a retry can release it.
         if ($status !== Library::UNAVAILABLE && $status !== Library::INTERNAL) {
             $this->forget();
@@ -125,15 +140,68 @@ final class Lock
                 Key::describe($this->key),
             ));
         }
-        $status = $this->client->library()->ffi()->leasehold_lease_extend($this->lease, $ttlMs);
+        $ffi = $this->client->library()->ffi();
+        $fence = $this->fence() ?? 0;
+        $remainingMs = $ffi->leasehold_lease_remaining_ms($this->lease);
+        $status = $ffi->leasehold_lease_extend($this->lease, $ttlMs);
         if ($status === Library::OK) {
             return;
         }
         $error = $this->client->library()->error($status, 'cannot extend the lease');
+        $this->report($status, $error, 'extend', $fence, $remainingMs);
         if ($status === Library::LOST) {
             $this->forget();
         }
         throw $error;
+    }
+
+    /**
+     * Turns background renewal of the held lease on (or off): for jobs longer than the TTL, which PHP cannot
+     * interrupt to call extend(). A library thread (one per process, shared by all leases) extends the lease by
+     * this lock's TTL every third of the TTL while PHP works. Renewal stops on release(), when this object is
+     * destroyed, when turned off, and in a pcntl_fork() child (only the parent renews).
+     *
+     * A renewal that finds the lease lost is never silent: isAcquired() turns false and remainingLifetime() drops
+     * to 0 or less at once, keepAliveError() returns the LockLostException, and the next release() or extend()
+     * throws it. Check isAcquired() between steps of the work that must not run unprotected (no network call).
+     *
+     * @throws InvalidArgumentException this object holds no lease (never acquired, released, lost, or inherited
+     *                                  across pcntl_fork()): the package's exception, like extend() on such a lock
+     */
+    public function keepAlive(bool $enabled = true): void
+    {
+        if (!$this->holds()) {
+            throw new InvalidArgumentException(sprintf(
+                'cannot keep lock %s alive: this object does not hold it',
+                Key::describe($this->key),
+            ));
+        }
+        $status = $this->client->library()->ffi()->leasehold_lease_keep_alive($this->lease, $enabled);
+        if ($status !== Library::OK) {
+            throw $this->client->library()->error($status, 'cannot switch keep-alive');
+        }
+        $this->keepingAlive = $enabled;
+    }
+
+    /**
+     * Why background renewal failed, or null while it is fine (or was never turned on): a LockLostException once
+     * a renewal found the lease lost (final; renewal has stopped), a BackendUnavailableException while renewals
+     * fail and are retried (the lease may still be ours until remainingLifetime() runs out). Stays readable after
+     * release() until the next acquisition. No network call. A loss is also logged (warning) once, when seen here,
+     * by release() or by extend().
+     */
+    public function keepAliveError(): ?LeaseholdException
+    {
+        if ($this->holds() && $this->keepingAlive) {
+            $this->readKeepAliveStatus();
+        }
+        return $this->keepAliveFailure;
+    }
+
+    /** Whether keepAlive() is on for the held lease. */
+    public function keepsAlive(): bool
+    {
+        return $this->holds() && $this->keepingAlive;
     }
 
     /** Local check, no network call: this object holds a lease whose conservative deadline has not passed. */
@@ -205,6 +273,9 @@ final class Lock
     {
         $this->lease = null;
         $this->ownerPid = 0;
+        $this->keepingAlive = false;
+        $this->keepAliveFailure = null;
+        $this->keepAliveLossLogged = false;
     }
 
     private function holds(): bool
@@ -222,17 +293,86 @@ final class Lock
         }
     }
 
-    private function settle(int $status, \FFI\CData $out): bool
+    private function settle(int $status, \FFI\CData $out, int|float $start, ?int $retriesBefore): bool
     {
+        $events = $this->client->events();
         if ($status === Library::OK) {
             $this->lease = $out;
             $this->ownerPid = getmypid();
-            return true;
+            $this->keepingAlive = false;
+            $this->keepAliveFailure = null;
+            $this->keepAliveLossLogged = false;
+        } elseif ($status !== Library::NOT_ACQUIRED) {
+            $error = $this->client->library()->error($status, 'cannot acquire the lock');
+            $events?->backendError('acquire', $status, $error->getMessage(), $this->key);
+            throw $error;
         }
-        if ($status === Library::NOT_ACQUIRED) {
-            return false;
+        if ($events !== null) {
+            $retries = $retriesBefore === null ? 0 : $this->retriesSoFar() - $retriesBefore;
+            if ($retries > 0) {
+                $events->retried($this->key, $retries);
+            }
+            if ($status === Library::OK) {
+                $events->acquired($this->key, (int) $this->fence(), (hrtime(true) - $start) / 1e9);
+            }
         }
-        throw $this->client->library()->error($status, 'cannot acquire the lock');
+        return $status === Library::OK;
+    }
+
+    /** The client's retry count, read only when someone listens for retry events (it costs a stats() call). */
+    private function retriesSoFar(): ?int
+    {
+        if ($this->client->events() === null) {
+            return null;
+        }
+        try {
+            return (int) ($this->client->stats()['retries'] ?? 0);
+        } catch (\Throwable) {
+            return null;
+        }
+    }
+
+    /** Logs a failed release or extend (after its exception was made, so the library's message is in it). */
+    private function report(int $status, LeaseholdException $error, string $during, int $fence, int $remainingMs): void
+    {
+        $events = $this->client->events();
+        if ($status === Library::LOST) {
+            if ($this->keepingAlive) {
+                $this->readKeepAliveStatus();
+            }
+            if ($this->keepAliveLossLogged) {
+                return; // already reported when keep-alive found it
+            }
+            if ($this->keepAliveFailure instanceof LockLostException || $remainingMs > 0) {
+                $events?->lost($this->key, $fence, $during, $error->getMessage());
+            } else {
+                $events?->expiredWhileHeld($this->key, $fence, $during, $error->getMessage());
+            }
+            $this->keepAliveLossLogged = true;
+        } elseif ($status === Library::UNAVAILABLE || $status === Library::INTERNAL) {
+            $events?->backendError($during, $status, $error->getMessage(), $this->key);
+        }
+    }
+
+    /** Reads the renewal status of the held lease into keepAliveFailure, logging a loss the first time. */
+    private function readKeepAliveStatus(): void
+    {
+        $library = $this->client->library();
+        $status = $library->ffi()->leasehold_lease_keep_alive_status($this->lease);
+        if ($status === Library::OK) {
+            $this->keepAliveFailure = null;
+            return;
+        }
+        $this->keepAliveFailure = $library->error($status, 'keep-alive renewal failed');
+        if ($status === Library::LOST && !$this->keepAliveLossLogged) {
+            $this->keepAliveLossLogged = true;
+            $this->client->events()?->lost(
+                $this->key,
+                (int) $library->ffi()->leasehold_lease_fence($this->lease),
+                'keep-alive',
+                $this->keepAliveFailure->getMessage(),
+            );
+        }
     }
 
     /** Frees the C lease (which releases it first if it is still held) and drops it from this object. */

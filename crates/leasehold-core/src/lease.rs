@@ -148,6 +148,9 @@ struct LeaseState {
     /// Whether the renewal thread has an entry for this lease.
     renewing: bool,
     keep_alive_error: Option<Error>,
+    /// The loss was already counted and logged (by extend or a renewal); a later release that finds
+    /// it lost again must not count it twice, nor call a deletion an expiry.
+    loss_noted: bool,
 }
 
 impl LeaseCell {
@@ -161,8 +164,11 @@ impl LeaseCell {
             .set((!state.released).then(|| state.raw.deadline()));
     }
 
-    /// Counts a lost lease, and whether it was lost because its time ran out while held.
-    fn note_lost(&self, state: &LeaseState, what: &str) {
+    /// Counts a lost lease once, and whether it was lost because its time ran out while held.
+    fn note_lost(&self, state: &mut LeaseState, what: &str) {
+        if std::mem::replace(&mut state.loss_noted, true) {
+            return;
+        }
         let expired = state.raw.remaining().is_zero();
         if expired {
             self.stats.count(Event::Expired);
@@ -262,6 +268,7 @@ impl Lease {
                 keep_alive: false,
                 renewing: false,
                 keep_alive_error: None,
+                loss_noted: false,
             }),
         };
         cell.publish(&cell.lock());
@@ -374,7 +381,7 @@ impl Lease {
             }
             Err(Error::Lost(_)) => {
                 cell.stats.count(Event::ReleaseLost);
-                cell.note_lost(&state, "release");
+                cell.note_lost(&mut state, "release");
             }
             Err(e) => cell.note_error(e, "release"),
         }

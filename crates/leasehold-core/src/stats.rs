@@ -218,7 +218,8 @@ pub struct StatsSnapshot {
     pub keepalive_failures: u64,
     /// Extra attempts inside waits and multi-node rounds.
     pub retries: u64,
-    /// Backend errors by kind (`unavailable`, `internal`; invalid arguments are counted too).
+    /// Errors by kind: `unavailable` and `internal` from the backend, and `invalid_argument` for inputs
+    /// the Rust client rejected (the C and PHP layers reject theirs before they reach it).
     pub errors: Vec<(ErrorKind, u64)>,
     /// Time spent in acquire calls, successful or not.
     pub wait: HistogramSnapshot,

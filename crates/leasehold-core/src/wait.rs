@@ -72,6 +72,7 @@ pub fn poll_acquire<B: LockBackend + ?Sized>(
                     return Err(Error::NotAcquired(msg));
                 }
                 std::thread::sleep(backoff.next_delay().min(deadline - now));
+                crate::stats::note_retry();
             }
             other => return other,
         }

@@ -99,4 +99,8 @@ fn keep_alive_loss_is_never_silent() {
     assert!(stats.keepalive_renewals >= 1);
     assert_eq!(stats.keepalive_failures, 1);
     assert_eq!(stats.releases_lost, 1);
+    assert_eq!(
+        stats.expired, 0,
+        "deleted underneath is a loss, not an expiry"
+    );
 }

@@ -3,6 +3,7 @@
 use crate::boundary;
 use crate::fork;
 use crate::lease::leasehold_lease;
+use crate::persistent;
 use crate::status::leasehold_status;
 use leasehold::{check_wait, Client, Config, Error, Key, Result, Ttl};
 use std::ffi::c_char;
@@ -34,8 +35,24 @@ impl leasehold_client {
         self.connection.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Parses `url` and connects: the handle behind `leasehold_client_open` and the persistent cache.
+    pub(crate) fn open(url: &str) -> Result<Arc<leasehold_client>> {
+        let config = Config::parse(url)?;
+        let secrets = config.secrets();
+        let client =
+            leasehold::connect_config(&config).map_err(|e| boundary::redacted(e, &secrets))?;
+        Ok(Arc::new(leasehold_client {
+            config,
+            secrets,
+            connection: Mutex::new(Connection {
+                pid: fork::pid(),
+                client: Some(client),
+            }),
+        }))
+    }
+
     /// This process's client: the one opened here, or a fresh one if we are a fork() child.
-    fn current(&self) -> Result<Client> {
+    pub(crate) fn current(&self) -> Result<Client> {
         let mut connection = self.lock();
         let pid = fork::pid();
         if connection.pid != pid {
@@ -88,26 +105,47 @@ pub unsafe extern "C" fn leasehold_client_open(
     boundary::call("leasehold_client_open", || {
         let out = boundary::out(client_out, "client_out")?;
         let url = boundary::text(url, "url")?;
-        let config = Config::parse(url)?;
-        let secrets = config.secrets();
-        let client =
-            leasehold::connect_config(&config).map_err(|e| boundary::redacted(e, &secrets))?;
-        let handle = Arc::new(leasehold_client {
-            config,
-            secrets,
-            connection: Mutex::new(Connection {
-                pid: fork::pid(),
-                client: Some(client),
-            }),
-        });
+        let handle = leasehold_client::open(url)?;
+        *out = Arc::into_raw(handle).cast_mut();
+        Ok(())
+    })
+}
+
+/// Like `leasehold_client_open`, but shares one client per distinct `url` (compared as text) in this
+/// process: for php-fpm and other hosts that keep the library loaded while their own objects come
+/// and go (a PHP request), so each worker connects once instead of once per request.
+///
+/// Each successful call gives a new reference in `*client_out` (calls for one URL may return the
+/// same pointer value), which the caller owns and frees with `leasehold_client_free` as usual, once
+/// per successful call; freeing drops only that reference. The shared client itself (its
+/// connections, its counters in `leasehold_client_stats_json`) lives until the process exits, and
+/// so that the cache outlives hosts that dlclose() the library between uses (PHP's FFI without
+/// preloading), the first call pins the library in memory (RTLD_NODELETE). The first call for a
+/// URL connects (and may fail like `leasehold_client_open`; a failure is not remembered, so the
+/// next call tries again); later calls make no network call. A fork() child gets clients of its
+/// own on its first call for each URL, never the parent's.
+/// NULL `url` or `client_out`, or a bad URL: `LEASEHOLD_INVALID_ARGUMENT`. Thread-safe.
+///
+/// # Safety
+/// As for `leasehold_client_open`.
+#[no_mangle]
+pub unsafe extern "C" fn leasehold_client_open_persistent(
+    url: *const c_char,
+    client_out: *mut *mut leasehold_client,
+) -> leasehold_status {
+    boundary::call("leasehold_client_open_persistent", || {
+        let out = boundary::out(client_out, "client_out")?;
+        let url = boundary::text(url, "url")?;
+        let handle = persistent::open(url)?;
         *out = Arc::into_raw(handle).cast_mut();
         Ok(())
     })
 }
 
 /// Gives up the caller's reference to `client`. Its connections close once no lease taken through
-/// it is left (leases keep it alive). NULL is a no-op. In a fork() child, the connections the
-/// client inherited from the parent are left open and untouched.
+/// it is left (leases keep it alive) and, for a client from `leasehold_client_open_persistent`,
+/// never before the process exits (the process-wide cache keeps it). NULL is a no-op. In a fork()
+/// child, the connections the client inherited from the parent are left open and untouched.
 ///
 /// # Safety
 /// `client` is NULL or a pointer from `leasehold_client_open` not yet freed; it must not be used

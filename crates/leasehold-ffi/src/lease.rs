@@ -45,15 +45,28 @@ impl leasehold_lease {
 
     /// The lease, for the process that took it only.
     fn owned(&mut self) -> Result<&mut Lease> {
-        if self.pid != fork::pid() {
-            return Err(Error::invalid(
-                "lease belongs to another process (it was inherited across fork(); only the \
-                 process that acquired it may release or extend it)",
-            ));
-        }
+        self.check_owner()?;
         self.lease
             .as_mut()
             .ok_or_else(|| Error::Internal("lease handle is empty".into()))
+    }
+
+    /// Shared access to the lease, for the process that took it only.
+    fn owned_ref(&self) -> Result<&Lease> {
+        self.check_owner()?;
+        self.lease
+            .as_ref()
+            .ok_or_else(|| Error::Internal("lease handle is empty".into()))
+    }
+
+    fn check_owner(&self) -> Result<()> {
+        if self.pid != fork::pid() {
+            return Err(Error::invalid(
+                "lease belongs to another process (it was inherited across fork(); only the \
+                 process that acquired it may release, extend or keep it alive)",
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -119,6 +132,69 @@ pub unsafe extern "C" fn leasehold_lease_extend(
     })
 }
 
+/// Turns background renewal of the lease on (`true`) or off (`false`), for work that runs longer
+/// than the TTL and cannot stop to call `leasehold_lease_extend`.
+///
+/// While on, a library thread (one per process, shared by every lease; not one per lease) extends
+/// the lease by its TTL (the last one given to acquire or extend) every third of the TTL, so the
+/// caller's thread never has to. Renewal stops when the lease is released or freed, when it is
+/// turned off, and in a fork() child (the child has no renewal thread; only the parent renews).
+/// A renewal that finds the lease lost stops renewing and is never silent: from then on
+/// `leasehold_lease_remaining_ms` is ≤ 0, the next `leasehold_lease_release` or
+/// `leasehold_lease_extend` gives `LEASEHOLD_LOST`, and `leasehold_lease_keep_alive_status`
+/// reports it. Check `leasehold_lease_remaining_ms` (no network call) before each step of the work
+/// that must not run unprotected. A renewal that fails for another reason (backend unavailable) is
+/// retried soon, within the TTL.
+///
+/// `LEASEHOLD_INVALID_ARGUMENT` for NULL, for a released lease ("already released") and in a
+/// fork() child for a lease the parent took (nothing is touched then). Makes no network call.
+///
+/// # Safety
+/// `lease` is NULL or a live lease not used by another thread during the call.
+#[no_mangle]
+pub unsafe extern "C" fn leasehold_lease_keep_alive(
+    lease: *mut leasehold_lease,
+    enabled: bool,
+) -> leasehold_status {
+    boundary::call("leasehold_lease_keep_alive", || {
+        // SAFETY: as for `view`; the caller gives us exclusive use for the call.
+        let handle = unsafe { lease.as_mut() }.ok_or_else(|| Error::invalid("lease is NULL"))?;
+        let client = handle.client.clone();
+        handle
+            .owned()?
+            .keep_alive(enabled)
+            .map_err(|e| client.redacted(e))
+    })
+}
+
+/// How background renewal (`leasehold_lease_keep_alive`) is faring: `LEASEHOLD_OK` while no
+/// renewal has failed (or the latest one succeeded, or renewal was never turned on); otherwise the
+/// status of the latest failed renewal, with its message in `leasehold_last_error()`:
+/// `LEASEHOLD_LOST` once a renewal found the lease lost (final: renewal has stopped), or
+/// `LEASEHOLD_UNAVAILABLE` while renewals fail and are being retried (the lease may still be
+/// ours; watch `leasehold_lease_remaining_ms`). Makes no network call.
+///
+/// `LEASEHOLD_INVALID_ARGUMENT` for NULL, and in a fork() child for a lease the parent took (the
+/// parent's renewal state is not readable from the child).
+///
+/// # Safety
+/// `lease` is NULL or a live lease not used by another thread during the call.
+#[no_mangle]
+pub unsafe extern "C" fn leasehold_lease_keep_alive_status(
+    lease: *const leasehold_lease,
+) -> leasehold_status {
+    boundary::call("leasehold_lease_keep_alive_status", || {
+        let handle = view(lease)?;
+        // In a fork() child the lease's lock may be held forever by the parent's renewal thread
+        // (which did not survive the fork), so the child must not even read it.
+        let lease = handle.owned_ref()?;
+        match lease.keep_alive_error() {
+            None => Ok(()),
+            Some(error) => Err(handle.client.redacted(error)),
+        }
+    })
+}
+
 /// The lease's fencing token: strictly increasing per key, starting at 1. Hand it to the store you
 /// protect so it can reject a stale holder. 0 for NULL. Makes no network call.
 ///
@@ -130,8 +206,8 @@ pub unsafe extern "C" fn leasehold_lease_fence(lease: *const leasehold_lease) ->
 }
 
 /// Milliseconds left on the lease by the local monotonic clock, minus the clock-drift allowance:
-/// conservative, and makes no network call. At most 0 once the lease expired or was released;
-/// 0 for NULL.
+/// conservative, and makes no network call. At most 0 once the lease expired, was released, or a
+/// keep-alive renewal found it lost; 0 for NULL. Kept-alive leases move it forward at each renewal.
 ///
 /// # Safety
 /// `lease` is NULL or a live lease.
@@ -160,9 +236,9 @@ pub unsafe extern "C" fn leasehold_lease_token(lease: *const leasehold_lease) ->
 }
 
 /// Frees a lease. If it is still held, it is released first (the outcome is not reported; call
-/// `leasehold_lease_release` to see it). NULL is a no-op. In a fork() child, a lease the parent
-/// took is only forgotten here: the parent keeps its lock. Works whether or not its client was
-/// freed already.
+/// `leasehold_lease_release` to see it), which also ends its keep-alive renewal. NULL is a no-op.
+/// In a fork() child, a lease the parent took is only forgotten here: the parent keeps its lock.
+/// Works whether or not its client was freed already.
 ///
 /// # Safety
 /// `lease` is NULL or a live lease; it must not be used after this call.

@@ -13,16 +13,21 @@ mod client;
 mod fork;
 mod last_error;
 mod lease;
+mod lent;
+mod metrics;
+mod persistent;
 mod status;
 
 pub use client::{
     leasehold_acquire, leasehold_client, leasehold_client_free, leasehold_client_open,
-    leasehold_try_acquire,
+    leasehold_client_open_persistent, leasehold_try_acquire,
 };
 pub use lease::{
     leasehold_lease, leasehold_lease_extend, leasehold_lease_fence, leasehold_lease_free,
-    leasehold_lease_release, leasehold_lease_remaining_ms, leasehold_lease_token,
+    leasehold_lease_keep_alive, leasehold_lease_keep_alive_status, leasehold_lease_release,
+    leasehold_lease_remaining_ms, leasehold_lease_token,
 };
+pub use metrics::{leasehold_client_metrics, leasehold_client_stats_json};
 pub use status::leasehold_status;
 
 use std::ffi::c_char;

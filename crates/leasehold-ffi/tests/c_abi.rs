@@ -90,15 +90,34 @@ const RUN_LIMIT: Duration = Duration::from_secs(300);
 /// its output.
 struct Outcome {
     status: Option<std::process::ExitStatus>,
+    stdout: String,
     stderr: String,
     report: String,
 }
 
 /// Runs a compiled C test under valgrind with `env`; any failed check, memory error or definite or
-/// indirect leak (in the parent or a fork() child) fails the test, and so does a hang.
-fn run(name: &str, env: &[(&str, &str)]) {
+/// indirect leak (in the parent or a fork() child) fails the test, and so does a hang. Returns what
+/// the test printed to stdout.
+fn run(name: &str, env: &[(&str, &str)]) -> String {
+    let _shared = TIMED.read().unwrap_or_else(|p| p.into_inner());
+    run_now(name, env)
+}
+
+/// The keep-alive runs renew a 300 ms lease every 100 ms under valgrind, which runs a program's
+/// threads one at a time and many times slower: a renewal that comes 200 ms late loses the lease.
+/// So they run alone, while no other C test loads the machine; the others share.
+static TIMED: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// [`run`] with the machine to itself (as far as this test binary goes).
+fn run_alone(name: &str, env: &[(&str, &str)]) -> String {
+    let _alone = TIMED.write().unwrap_or_else(|p| p.into_inner());
+    run_now(name, env)
+}
+
+fn run_now(name: &str, env: &[(&str, &str)]) -> String {
     let Outcome {
         status,
+        stdout,
         stderr,
         report,
     } = valgrind(name, env);
@@ -116,6 +135,7 @@ fn run(name: &str, env: &[(&str, &str)]) {
         "valgrind reported problems in tests/c/{name}.c:\n{report}"
     );
     println!("{report}");
+    stdout
 }
 
 fn valgrind(name: &str, env: &[(&str, &str)]) -> Outcome {
@@ -130,6 +150,9 @@ fn valgrind(name: &str, env: &[(&str, &str)]) -> Outcome {
             "--errors-for-leak-kinds=definite,indirect",
             "--error-exitcode=99",
             "--track-origins=yes",
+            // A thread that wakes (the keep-alive renewal) gets its turn promptly instead of whenever
+            // valgrind's unfair default lets it.
+            "--fair-sched=yes",
         ])
         .arg(&binary)
         .envs(env.iter().copied())
@@ -152,13 +175,12 @@ fn valgrind(name: &str, env: &[(&str, &str)]) -> Outcome {
         }
         std::thread::sleep(Duration::from_millis(50));
     };
+    let stdout = std::fs::read_to_string(&stdout_path).unwrap_or_default();
     let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
-    let report = format!(
-        "stdout:\n{}\nstderr:\n{stderr}",
-        std::fs::read_to_string(&stdout_path).unwrap_or_default()
-    );
+    let report = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
     Outcome {
         status,
+        stdout,
         stderr,
         report,
     }
@@ -249,10 +271,163 @@ fn fork_child_uses_inherited_client_local() {
 }
 
 #[test]
-#[ignore = "hangs: a new r2d2 pool in a fork() child spins in parking_lot (leasehold-redis is not fork-safe yet)"]
 fn fork_child_uses_inherited_client_redis() {
     let server = RedisServer::start();
     run("fork", &[("LEASEHOLD_URL", &redis_url(&server))]);
+}
+
+/// Where the C tests delete a lock underneath the library: the local backend's directory, or the
+/// port of our own redis-server (for a raw DEL of `leasehold:l:<key>`).
+fn underneath_local(dir: &TempDir) -> String {
+    format!("dir:{}", dir.path().display())
+}
+
+fn underneath_redis(server: &RedisServer) -> String {
+    format!("redis:{}", server.port())
+}
+
+#[test]
+fn keep_alive_local() {
+    let dir = TempDir::new("ffi-keepalive");
+    run_alone(
+        "keep_alive",
+        &[
+            ("LEASEHOLD_URL", &file_url(&dir)),
+            ("LEASEHOLD_TEST_UNDERNEATH", &underneath_local(&dir)),
+        ],
+    );
+}
+
+#[test]
+fn keep_alive_redis() {
+    let server = RedisServer::start();
+    run_alone(
+        "keep_alive",
+        &[
+            ("LEASEHOLD_URL", &redis_url(&server)),
+            ("LEASEHOLD_TEST_UNDERNEATH", &underneath_redis(&server)),
+        ],
+    );
+}
+
+/// The text between `begin` and `end` lines of a C test's output.
+fn section<'a>(stdout: &'a str, begin: &str, end: &str) -> &'a str {
+    let start = stdout.find(begin).expect("the section's start marker") + begin.len();
+    let len = stdout[start..].find(end).expect("the section's end marker");
+    &stdout[start..start + len]
+}
+
+/// The JSON parses (python3's json module, an independent parser) and has the documented shape.
+fn check_stats_json(stdout: &str) {
+    let json = section(stdout, "STATS_JSON ", "\n");
+    let check = r#"
+import json, sys
+s = json.loads(sys.stdin.read())
+counters = ["acquire_attempts", "acquired", "not_acquired", "releases_ok", "releases_lost",
+            "extends_ok", "extends_lost", "expired", "keepalive_renewals", "keepalive_failures",
+            "retries"]
+assert all(isinstance(s[c], int) for c in counters), s
+assert (s["acquired"], s["not_acquired"], s["releases_lost"], s["releases_ok"]) == (2, 1, 1, 1), s
+assert set(s["errors"]) == {"not_acquired", "lost", "unavailable", "invalid_argument", "internal"}
+for h in ("wait_seconds", "hold_seconds", "round_trip_seconds"):
+    b = s[h]["buckets"]
+    assert b[-1] == ["+Inf", s[h]["count"]], b
+    assert all(b[i][1] <= b[i + 1][1] for i in range(len(b) - 1)), b
+    assert isinstance(s[h]["sum"], (int, float))
+"#;
+    let mut child = Command::new("python3")
+        .args(["-c", check])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("run python3");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(json.as_bytes())
+        .expect("write the JSON");
+    assert!(child.wait().expect("python3").success(), "bad JSON: {json}");
+}
+
+/// Every line is a `# HELP`/`# TYPE` comment or `name{labels} value` with a numeric value, and every
+/// series is labelled with backend and prefix.
+fn check_prometheus(text: &str, backend: &str) {
+    let mut series = 0;
+    for line in text.lines() {
+        if line.starts_with("# HELP ") || line.starts_with("# TYPE ") {
+            continue;
+        }
+        let (name_labels, value) = line.rsplit_once(' ').expect("name{labels} value");
+        let (name, labels) = name_labels.split_once('{').expect("labels");
+        assert!(
+            name.starts_with("leasehold_")
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+            "{line}"
+        );
+        assert!(labels.ends_with('}'), "{line}");
+        assert!(
+            labels.starts_with(&format!("backend=\"{backend}\",prefix=\"leasehold:\"")),
+            "{line}"
+        );
+        assert!(value.parse::<f64>().is_ok(), "{line}");
+        series += 1;
+    }
+    assert!(series > 20, "{text}");
+}
+
+#[test]
+fn stats_and_metrics_local() {
+    let dir = TempDir::new("ffi-stats");
+    let stdout = run(
+        "stats",
+        &[
+            ("LEASEHOLD_URL", &file_url(&dir)),
+            ("LEASEHOLD_TEST_UNDERNEATH", &underneath_local(&dir)),
+        ],
+    );
+    check_stats_json(&stdout);
+    check_prometheus(section(&stdout, "METRICS_BEGIN\n", "METRICS_END"), "local");
+}
+
+#[test]
+fn stats_and_metrics_redis() {
+    let server = RedisServer::start();
+    let stdout = run(
+        "stats",
+        &[
+            ("LEASEHOLD_URL", &redis_url(&server)),
+            ("LEASEHOLD_TEST_UNDERNEATH", &underneath_redis(&server)),
+        ],
+    );
+    check_stats_json(&stdout);
+    check_prometheus(section(&stdout, "METRICS_BEGIN\n", "METRICS_END"), "redis");
+}
+
+#[test]
+fn persistent_clients_local() {
+    let dir = TempDir::new("ffi-persistent");
+    let closed = free_port().to_string();
+    run(
+        "persistent",
+        &[
+            ("LEASEHOLD_URL", &file_url(&dir)),
+            ("LEASEHOLD_TEST_CLOSED_PORT", &closed),
+        ],
+    );
+}
+
+#[test]
+fn persistent_clients_redis() {
+    let server = RedisServer::start();
+    let closed = free_port().to_string();
+    run(
+        "persistent",
+        &[
+            ("LEASEHOLD_URL", &redis_url(&server)),
+            ("LEASEHOLD_TEST_CLOSED_PORT", &closed),
+        ],
+    );
 }
 
 /// Any C file that includes leasehold.h builds with `gcc -std=c11 -Wall -Werror` (here also

@@ -46,7 +46,12 @@ pub(crate) fn acquire(
     let mut last_beat = start;
     let mut look_later = Backoff::new(Duration::from_micros(1500), Duration::from_micros(1500));
     let mut poll_soon = Backoff::new(Duration::from_micros(300), Duration::from_micros(300));
+    let mut looks = 0u32;
     loop {
+        if looks > 0 {
+            leasehold_core::stats::note_retry();
+        }
+        looks = looks.saturating_add(1);
         if let Some(w) = &watch {
             w.drain();
         }

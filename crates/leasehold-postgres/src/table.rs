@@ -220,7 +220,12 @@ impl Table {
                 self.quoted
             )
         };
+        let mut attempts = 0u32;
         let outcome = loop {
+            if attempts > 0 {
+                leasehold_core::stats::note_retry();
+            }
+            attempts = attempts.saturating_add(1);
             // Notifications from before this attempt are stale; the attempt sees the current state.
             while let Ok(Some(_)) = conn.client.notifications().iter().next() {}
             let token = Token::generate()?;

@@ -64,21 +64,27 @@ mod tests {
     #[test]
     fn agreeing_quorum_needs_no_write_back() {
         assert_eq!(plan(&[(0, 7), (1, 7), (2, 7)], 2), FencePlan::Ready(7));
-        assert_eq!(plan(&[(0, 7), (2, 7), (4, 3)], 3), FencePlan::Raise {
-            fence: 7,
-            lagging: vec![4],
-            needed: 1
-        });
+        assert_eq!(
+            plan(&[(0, 7), (2, 7), (4, 3)], 3),
+            FencePlan::Raise {
+                fence: 7,
+                lagging: vec![4],
+                needed: 1
+            }
+        );
         assert_eq!(plan(&[(0, 7), (2, 7), (4, 3)], 2), FencePlan::Ready(7));
     }
 
     #[test]
     fn lagging_nodes_are_raised_to_the_maximum() {
         // A node restarted empty answers 1; the others remember 41.
-        assert_eq!(plan(&[(0, 1), (1, 41), (2, 40)], 2), FencePlan::Raise {
-            fence: 41,
-            lagging: vec![0, 2],
-            needed: 1
-        });
+        assert_eq!(
+            plan(&[(0, 1), (1, 41), (2, 40)], 2),
+            FencePlan::Raise {
+                fence: 41,
+                lagging: vec![0, 2],
+                needed: 1
+            }
+        );
     }
 }

@@ -1,4 +1,7 @@
-//! Leasehold's Redis backend: `redis://` (and `rediss://`, the same over TLS).
+//! Leasehold's Redis backends: `redis://` (and `rediss://`, the same over TLS), and
+//! `redlock://h1,h2,h3[,…]` ([`RedlockBackend`]: one lease over a majority of N independent
+//! masters, with a fence that keeps increasing while a majority keeps its data; see `redlock.rs`,
+//! `fence.rs` and `fanout.rs`).
 //!
 //! A lease is a Redis key holding the owner's random token with a millisecond expiry. Acquire is
 //! one Lua script (SET NX PX plus the per-key fence INCR, or the holder's PTTL on conflict),
@@ -14,7 +17,9 @@
 //!
 //! Layout, for reuse by Redlock (N independent [`node::Node`]s): [`keys`] (where a lease lives),
 //! `scripts` (the Lua), `connection` (opening connections: timeouts, AUTH, db, TLS), [`node`] (one
-//! server: pools and script calls, each bounded), `single` (the one-server backend).
+//! server: pools and script calls, each bounded), `single` (the one-server backend), `redlock`
+//! (Redlock's quorum rounds), `fence` (its fence), `fanout` (its parallel calls), `redlock_node`
+//! (its own calls on one node) and `redlock_wait` (how its waiters pace their rounds).
 //!
 //! Operational notes:
 //! - Connections: up to `pool_size` for lease operations plus up to `pool_size` for blocked
@@ -29,10 +34,10 @@
 //!   lock keys). Fence counters (`{prefix}f:{key}`) are kept forever so fences keep increasing: one
 //!   small key per distinct lock key. A waiter's signal list (`{prefix}s:{token}:{key}`) holds at
 //!   most one entry and expires after connect + I/O timeout.
-//! - A waiter renews its queue place every heartbeat (1 s, see
-//!   [`RedisBackend::with_waiter_heartbeat`]); one that stops (a crashed process) is dropped 3 s
+//! - A waiter renews its queue place every heartbeat (250 ms, see
+//!   [`RedisBackend::with_waiter_heartbeat`]); one that stops (a crashed process) is dropped 750 ms
 //!   after its last renewal. A key it was due to get stays reserved for it meanwhile, so a crashed
-//!   waiter can hold the line up for about 4 s; `try_acquire` too is refused while the key is
+//!   waiter can hold the line up for about 1 s; `try_acquire` too is refused while the key is
 //!   reserved for a waiter. Queue keys (`{prefix}q:`, `{prefix}h:`) exist only while someone waits.
 //! - Redis ≥ 6 is needed for native waiting (fractional `BLPOP` timeouts); with an older server
 //!   `acquire` falls back to core's polling.
@@ -46,9 +51,11 @@ mod fence;
 pub mod keys;
 pub mod node;
 mod redlock;
+mod redlock_node;
+mod redlock_wait;
 mod scripts;
 mod single;
 
 pub use connection::ConnectSettings;
 pub use redlock::RedlockBackend;
-pub use single::RedisBackend;
+pub use single::{RedisBackend, DEFAULT_WAITER_HEARTBEAT};

@@ -167,6 +167,69 @@ end
 return cur
 ";
 
+/// Redlock's acquire on one node. KEYS: lock, fence, Redlock queue, Redlock heartbeats. ARGV:
+/// token, ttl ms, mode (`try`, `wait` or `last`), waiter ttl ms.
+///
+/// Like [`ACQUIRE`] for a free key or our own token (`{1, fence, 0}`), but the queue never reserves
+/// a key: with N nodes queueing independently, their heads can differ, and reserving would let a
+/// key go to nobody. The queue only ranks: a refused `wait` attempt joins it (or renews its
+/// heartbeat there) and learns how many live waiters came before it, not counting the holder
+/// (`{0, pttl, rank}`), so the client can poll faster the nearer it is to the front. A waiter keeps
+/// its place through a round that failed on other nodes; it leaves on its final release (or its
+/// `last` attempt), or lapses with its heartbeat. `try` never queues (`rank` -1).
+const REDLOCK_ACQUIRE: &str = with_helpers!(
+    r"
+local l, f, q, h = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local token, mode = ARGV[1], ARGV[3]
+local holder = redis.call('GET', l)
+if holder == token then
+  return {1, tonumber(redis.call('GET', f) or '0'), 0}
+end
+if not holder then
+  redis.call('SET', l, token, 'PX', ARGV[2])
+  return {1, redis.call('INCR', f), 0}
+end
+if mode == 'last' then
+  redis.call('ZREM', q, token)
+  redis.call('HDEL', h, token)
+end
+if mode ~= 'wait' then
+  return {0, redis.call('PTTL', l), -1}
+end
+local waiter_ttl = tonumber(ARGV[4])
+local now = now_ms()
+if not redis.call('ZSCORE', q, token) then
+  redis.call('ZADD', q, redis.call('HINCRBY', h, '#seq', 1), token)
+end
+redis.call('HSET', h, token, now + waiter_ttl)
+redis.call('PEXPIRE', q, 2 * waiter_ttl)
+redis.call('PEXPIRE', h, 2 * waiter_ttl)
+live_head(q, h, now)
+local rank = redis.call('ZRANK', q, token) or 0
+local theirs = redis.call('ZSCORE', q, holder)
+if theirs and tonumber(theirs) < tonumber(redis.call('ZSCORE', q, token)) then
+  rank = rank - 1
+end
+return {0, redis.call('PTTL', l), rank}
+"
+);
+
+/// Redlock's release on one node. KEYS: lock, Redlock queue, Redlock heartbeats. ARGV: token,
+/// `1` to leave the queue too (a lease's release) or `0` to keep the place (undoing a failed
+/// round). Compare-and-delete; returns 1 if the key held the token.
+const REDLOCK_RELEASE: &str = r"
+local released = 0
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  released = 1
+end
+if ARGV[2] == '1' then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('HDEL', KEYS[3], ARGV[1])
+end
+return released
+";
+
 pub(crate) static ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE));
 pub(crate) static RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE));
 pub(crate) static EXTEND_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND));
@@ -174,10 +237,17 @@ pub(crate) static INSPECT_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::ne
 
 pub(crate) static RAISE_FENCE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RAISE_FENCE));
 
-pub(crate) static ALL: [&LazyLock<Script>; 5] = [
+pub(crate) static REDLOCK_ACQUIRE_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(REDLOCK_ACQUIRE));
+pub(crate) static REDLOCK_RELEASE_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(REDLOCK_RELEASE));
+
+pub(crate) static ALL: [&LazyLock<Script>; 7] = [
     &ACQUIRE_SCRIPT,
     &RELEASE_SCRIPT,
     &EXTEND_SCRIPT,
     &INSPECT_SCRIPT,
     &RAISE_FENCE_SCRIPT,
+    &REDLOCK_ACQUIRE_SCRIPT,
+    &REDLOCK_RELEASE_SCRIPT,
 ];

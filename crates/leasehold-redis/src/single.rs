@@ -115,7 +115,12 @@ impl RedisBackend {
             waiter_ttl: self.waiter_ttl(),
         };
         let signal = keys.signal(token);
+        let mut attempts = 0u32;
         loop {
+            if attempts > 0 {
+                leasehold_core::stats::note_retry();
+            }
+            attempts = attempts.saturating_add(1);
             // Once the wait is over, one more attempt, which also gives up our place if refused,
             // so the next in line is not kept waiting for a key reserved to us.
             let last = Instant::now() >= deadline;

@@ -81,7 +81,8 @@ fn a_crashed_holders_expiry_is_noticed_at_once() {
     );
     // It blocked until the expiry instead of polling: a first attempt, one per heartbeat (renewing its
     // place in the queue), one after the expiry, and at most one more if it woke a hair early.
-    let heartbeats = (ttl.as_millis() / leasehold_redis::DEFAULT_WAITER_HEARTBEAT.as_millis()) as u64;
+    let heartbeats =
+        (ttl.as_millis() / leasehold_redis::DEFAULT_WAITER_HEARTBEAT.as_millis()) as u64;
     assert!(attempts <= 3 + heartbeats, "{attempts} attempts");
     lease.release().unwrap();
 }

@@ -3,7 +3,7 @@
 
 use leasehold_core::{conformance, Client, Config, ErrorKind, Result};
 use leasehold_redis::RedlockBackend;
-use leasehold_testkit::{unique_key, RedisServer};
+use leasehold_testkit::{unique_key, wait_until, RedisServer};
 use std::time::{Duration, Instant};
 
 /// Short timeouts keep the fault tests quick: a dead node costs at most one of each per call.
@@ -54,20 +54,40 @@ fn eight_threads_200_cycles_zero_overlap() {
     let start = Instant::now();
     conformance::mutual_exclusion(&client, 8, 200);
     eprintln!("redlock(5): 8 threads x 200 cycles: {:?}", start.elapsed());
+    // The waiters' queues (which only rank, see scripts.rs) are emptied by the releases and their
+    // sequence counters expire: nothing piles up.
+    let leftovers = || {
+        nodes
+            .iter()
+            .map(|n| n.command(&[b"KEYS", b"leasehold:r[qh]:*"]))
+            .filter(|reply| !reply.starts_with("*0"))
+            .count()
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || leftovers() == 0),
+        "queue keys left behind"
+    );
 }
 
 #[test]
 fn two_nodes_killed_still_acquires() {
     let mut nodes = servers(5);
     let client = client(&url(&nodes, FAST));
-    nodes[1].kill();
+    // Node 0 included: while healthy, it is the one called on the caller's own thread.
+    nodes[0].kill();
     nodes[3].kill();
     let key = unique_key("redlock-two-down");
-    let mut lease = client
-        .try_acquire(&key, LONG)
-        .expect("a quorum of 3 is up");
+    let mut lease = client.try_acquire(&key, LONG).expect("a quorum of 3 is up");
     assert!(lease.fence() >= 1);
-    assert_eq!(kind(client.try_acquire(&key, LONG)), ErrorKind::NotAcquired);
+    // Contention with a minority down is contention, not an outage, whichever answers come first.
+    let other = client_fast_with_two_down(&nodes);
+    for _ in 0..20 {
+        assert_eq!(kind(other.try_acquire(&key, LONG)), ErrorKind::NotAcquired);
+    }
+    assert_eq!(
+        kind(other.acquire(&key, LONG, Duration::from_millis(300))),
+        ErrorKind::NotAcquired
+    );
     lease.extend(LONG).expect("extend on a quorum");
     assert!(lease.remaining() > Duration::from_secs(20));
     lease.release().expect("release on a quorum");
@@ -173,25 +193,29 @@ fn minority_restarted_empty_during_a_hold_lets_nobody_in() {
 #[test]
 fn a_hung_node_does_not_stall_acquire() {
     let nodes = servers(5);
-    let client = client(&url(&nodes, "connect_timeout_ms=300&io_timeout_ms=300"));
+    let client = client(&url(&nodes, "connect_timeout_ms=300&io_timeout_ms=1000"));
     let key = unique_key("redlock-hung");
     // Pool connections to every node first, so the hung one swallows requests on open sockets.
     client.try_acquire(&key, LONG).unwrap().release().unwrap();
-    nodes[2].pause();
-    let mut slowest = Duration::ZERO;
-    let start = Instant::now();
-    for _ in 0..20 {
-        let t = Instant::now();
-        let lease = client.try_acquire(&key, LONG).expect("4 nodes answer");
-        lease.release().expect("release on 4 nodes");
-        slowest = slowest.max(t.elapsed());
-    }
-    let all = start.elapsed();
-    nodes[2].resume();
-    eprintln!("one node SIGSTOPped: 20 acquire+release cycles in {all:?}, slowest {slowest:?}");
-    // No cycle waits for the hung node's 300 ms I/O timeout (a quorum answers without it); the
-    // bound is generous for a loaded CI machine.
-    assert!(slowest < Duration::from_millis(600), "slowest {slowest:?}");
+    // Node 0 is the one a call makes on its own thread while it is healthy: the worst case.
+    nodes[0].pause();
+    let times: Vec<Duration> = (0..20)
+        .map(|_| {
+            let t = Instant::now();
+            let lease = client.try_acquire(&key, LONG).expect("4 nodes answer");
+            lease.release().expect("release on 4 nodes");
+            t.elapsed()
+        })
+        .collect();
+    nodes[0].resume();
+    eprintln!("one node SIGSTOPped: acquire+release cycles took {times:?}");
+    // The first call finds out within the node's 1 s I/O timeout; later ones do not wait for the
+    // hung node at all (a quorum answers without it). Bounds generous for a loaded CI machine.
+    assert!(times[0] < Duration::from_millis(2500), "{times:?}");
+    assert!(
+        times[1..].iter().all(|t| *t < Duration::from_millis(500)),
+        "{times:?}"
+    );
     client
         .try_acquire(&key, LONG)
         .expect("works after the node wakes")
@@ -232,7 +256,10 @@ fn fences_increase_across_minority_kills() {
     // The last quorum had two nodes restarted empty: the highest fence was written back to them.
     let counter = nodes[0].command(&[b"GET", format!("leasehold:f:{key}").as_bytes()]);
     let last = fences.last().copied().unwrap_or(0);
-    assert!(counter.ends_with(&format!("\r\n{last}\r\n")), "node 0 counter {counter:?}, last fence {last}");
+    assert!(
+        counter.ends_with(&format!("\r\n{last}\r\n")),
+        "node 0 counter {counter:?}, last fence {last}"
+    );
     assert!(
         fences.windows(2).all(|w| w[1] > w[0]),
         "fences must strictly increase: {fences:?}"
@@ -250,6 +277,10 @@ fn failed_round_leaves_no_partial_keys() {
     nodes[0].command(&[b"DEL", format!("leasehold:l:{key}").as_bytes()]);
     assert_eq!(kind(b.try_acquire(&key, LONG)), ErrorKind::NotAcquired);
     let left = nodes[0].command(&[b"EXISTS", format!("leasehold:l:{key}").as_bytes()]);
-    assert_eq!(left.trim(), ":0", "B's partial key on node 0 was given back");
+    assert_eq!(
+        left.trim(),
+        ":0",
+        "B's partial key on node 0 was given back"
+    );
     held.release().expect("A still holds 2 of 3");
 }

@@ -156,6 +156,28 @@ abstract class PhpFpmTestCase extends LeaseholdTestCase
         self::assertGreaterThan($json['fence'], $after['fence']);
     }
 
+    public function testAPersistentClientOutlivesRequestsAndServesMetrics(): void
+    {
+        $address = 'tcp://127.0.0.1:' . self::$port;
+        $script = self::$root . '/examples/php/metrics.php';
+        $byWorker = [];
+        for ($i = 0; $i < 6; $i++) {
+            $response = FastCgi::get($address, $script, 'page=report&date=2026-12-0' . ($i + 1));
+            $json = json_decode($response['body'], true);
+            self::assertIsArray($json, $response['headers'] . $response['body'] . self::logs());
+            $byWorker[$json['pid']][] = $json['worker_acquired'];
+        }
+        // Each worker's one client counted every request that worker served: 1, 2, 3, … whichever worker took
+        // which request. A client per request would say 1 every time.
+        foreach ($byWorker as $pid => $counts) {
+            self::assertSame(range(1, count($counts)), $counts, "worker $pid");
+        }
+        $metrics = FastCgi::get($address, $script, 'page=metrics');
+        self::assertStringContainsString('text/plain; version=0.0.4', $metrics['headers'], self::logs());
+        self::assertMatchesRegularExpression(
+            '/^leasehold_acquired_total\{backend="local",prefix="leasehold:"\} [1-6]$/m', $metrics['body']);
+    }
+
     public function testFfiCdefIsRefusedAtRequestTimeSoThePreloadIsWhatMakesItWork(): void
     {
         $script = (string) self::$dir?->file('cdef.php');
@@ -179,7 +201,8 @@ abstract class PhpFpmTestCase extends LeaseholdTestCase
     private static function copyWorkspace(string $tree): void
     {
         $source = dirname(__DIR__, 4);
-        $files = ['examples/php/fpm-lock.php', 'bindings/php/preload.php', 'bindings/php/autoload.php'];
+        $files = ['examples/php/fpm-lock.php', 'examples/php/metrics.php', 'bindings/php/preload.php',
+            'bindings/php/autoload.php'];
         foreach (['bindings/php/src', 'bindings/php/resources'] as $folder) {
             $iterator = new \RecursiveIteratorIterator(new \RecursiveDirectoryIterator("$source/$folder",
                 \FilesystemIterator::SKIP_DOTS));
