@@ -94,3 +94,15 @@ fn fair_on_redlock() {
     let hosts: Vec<String> = servers.iter().map(RedisServer::addr).collect();
     check_fairness("redlock", &format!("redlock://{}", hosts.join(",")));
 }
+
+#[test]
+fn fair_on_postgres_advisory() {
+    let server = leasehold_testkit::PostgresServer::shared();
+    check_fairness("postgres-advisory", &server.url());
+}
+
+#[test]
+fn fair_on_postgres_table() {
+    let server = leasehold_testkit::PostgresServer::shared();
+    check_fairness("postgres-table", &server.url_with("lock=table"));
+}
