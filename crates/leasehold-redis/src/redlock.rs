@@ -259,14 +259,20 @@ impl RedlockBackend {
         let mut replies = {
             let (keys, took_at) = (keys.clone(), took_at.clone());
             let affinity = keys.base.lock.clone();
-            self.fanout
-                .call_all(&affinity, self.answer_timing(), move |i, node| {
-                    let answer = redlock_node::acquire(node, &keys, &token, ttl, queueing);
-                    if let (Ok(Answer::Granted(_)), Some(took)) = (&answer, took_at.get(i)) {
-                        took.store(true, Ordering::Release);
-                    }
-                    answer
-                })
+            // Every node gets the acquire even when a quorum answers first: a lease held on a bare
+            // majority would be lost to a single node restarting empty. Calls still unsent when the
+            // round's deadline passes are dropped, which bounds the work a slow node can pile up.
+            let timing = Timing {
+                only_while_heard: false,
+                ..self.answer_timing()
+            };
+            self.fanout.call_all(&affinity, timing, move |i, node| {
+                let answer = redlock_node::acquire(node, &keys, &token, ttl, queueing);
+                if let (Ok(Answer::Granted(_)), Some(took)) = (&answer, took_at.get(i)) {
+                    took.store(true, Ordering::Release);
+                }
+                answer
+            })
         };
         let mut tally = Tally::new(n, self.quorum);
         let mut answered = vec![false; n];
