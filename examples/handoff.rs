@@ -82,8 +82,10 @@ fn main() {
 
 fn print_row(name: &str, label: &str, r: &Report) {
     assert_eq!(r.overlaps, 0, "{name}: two holders at once");
+    let fewest = r.per_worker.iter().min().copied().unwrap_or(0);
+    let most = r.per_worker.iter().max().copied().unwrap_or(0);
     println!(
-        "{:<18} {:<10} {:>9.0} {:>11} {:>11} {:>11} {:>11} {:>6.1}×",
+        "{:<18} {:<10} {:>9.0} {:>11} {:>11} {:>11} {:>11} {:>7.1}× {:>13}",
         name,
         label,
         r.cycles_per_sec,
@@ -91,6 +93,7 @@ fn print_row(name: &str, label: &str, r: &Report) {
         ms(r.handoff.p99),
         ms(r.wait.p50),
         ms(r.wait.max),
-        r.wait.max.as_secs_f64() / r.wait.p50.as_secs_f64().max(1e-9)
+        r.wait.max.as_secs_f64() / r.wait.p50.as_secs_f64().max(1e-9),
+        format!("{fewest}–{most}")
     );
 }

@@ -67,13 +67,16 @@ pub fn worker_main() -> bool {
     let ttl = Duration::from_secs(10);
     let end = Instant::now() + duration;
     let mut rng = now_ns() | 1;
-    while Instant::now() < end {
+    // Printed only at the end: a worker blocked writing to a full pipe (the parent reads the workers
+    // one after another) would stop contending and skew everything.
+    let mut lines = Vec::new();
+    'work: while Instant::now() < end {
         let t0 = now_ns();
         let lease = match waiting {
             Waiting::Native => {
                 match client.acquire(key, ttl, end.saturating_duration_since(Instant::now())) {
                     Ok(l) => l,
-                    Err(leasehold::Error::NotAcquired(_)) => break,
+                    Err(leasehold::Error::NotAcquired(_)) => break 'work,
                     Err(e) => panic!("acquire: {e}"),
                 }
             }
@@ -90,7 +93,7 @@ pub fn worker_main() -> bool {
                             every - Duration::from_micros(tenth) + Duration::from_micros(jitter),
                         );
                     }
-                    Err(leasehold::Error::NotAcquired(_)) => return true,
+                    Err(leasehold::Error::NotAcquired(_)) => break 'work,
                     Err(e) => panic!("try_acquire: {e}"),
                 }
             },
@@ -103,8 +106,9 @@ pub fn worker_main() -> bool {
         let t2 = now_ns();
         lease.release().expect("release");
         let t3 = now_ns();
-        println!("R {worker} {t0} {t1} {t2} {t3} {fence}");
+        lines.push(format!("R {worker} {t0} {t1} {t2} {t3} {fence}"));
     }
+    println!("{}", lines.join("\n"));
     true
 }
 
