@@ -100,6 +100,20 @@ impl Error {
         Error::InvalidArgument(msg.into())
     }
 
+    /// The same error with every given secret masked in its message: a second line of defence for
+    /// layers that pass on errors built elsewhere (driver texts may echo a connection string).
+    pub fn redacted(self, secrets: &[&str]) -> Self {
+        // Always through `redact`: it also masks the percent-encoded form of each secret.
+        let message = crate::secret::redact(self.message(), secrets);
+        match self {
+            Error::NotAcquired(_) => Error::NotAcquired(message),
+            Error::Lost(_) => Error::Lost(message),
+            Error::Unavailable(_) => Error::Unavailable(message),
+            Error::InvalidArgument(_) => Error::InvalidArgument(message),
+            Error::Internal(_) => Error::Internal(message),
+        }
+    }
+
     /// An `Unavailable` error whose text has every given secret masked. Backends build their I/O errors
     /// through this, because driver messages may echo a connection string.
     pub fn unavailable(msg: impl fmt::Display, secrets: &[&str]) -> Self {
@@ -108,3 +122,16 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacted_keeps_the_kind_and_masks_plain_and_encoded_secrets() {
+        let e = Error::Lost("session of p@ss ended (url had p%40ss)".into()).redacted(&["p@ss"]);
+        assert_eq!(e, Error::Lost("session of *** ended (url had ***)".into()));
+        let plain = Error::NotAcquired("held".into());
+        assert_eq!(plain.clone().redacted(&["x9"]), plain);
+    }
+}

@@ -92,23 +92,10 @@ pub(crate) fn text<'a>(ptr: *const c_char, name: &str) -> Result<&'a str> {
         .map_err(|_| Error::invalid(format!("{name} is not valid UTF-8")))
 }
 
-/// Rebuilds `error` with every secret masked: a second line of defence over the backends' own masking.
+/// `error` with every secret masked: a second line of defence over the backends' own masking.
 pub(crate) fn redacted(error: Error, secrets: &[String]) -> Error {
-    if secrets
-        .iter()
-        .all(|s| s.is_empty() || !error.message().contains(s.as_str()))
-    {
-        return error;
-    }
     let refs: Vec<&str> = secrets.iter().map(String::as_str).collect();
-    let message = leasehold::secret::redact(error.message(), &refs);
-    match error {
-        Error::NotAcquired(_) => Error::NotAcquired(message),
-        Error::Lost(_) => Error::Lost(message),
-        Error::Unavailable(_) => Error::Unavailable(message),
-        Error::InvalidArgument(_) => Error::InvalidArgument(message),
-        _ => Error::Internal(message),
-    }
+    error.redacted(&refs)
 }
 
 #[cfg(test)]

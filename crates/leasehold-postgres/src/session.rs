@@ -208,15 +208,7 @@ impl Pools {
     /// `error` with every secret of the configuration masked in its message.
     pub fn redacted(&self, error: Error) -> Error {
         let secrets: Vec<&str> = self.secrets.iter().map(String::as_str).collect();
-        let mask = |m: String| leasehold_core::secret::redact(&m, &secrets);
-        match error {
-            Error::Lost(m) => Error::Lost(mask(m)),
-            Error::NotAcquired(m) => Error::NotAcquired(mask(m)),
-            Error::Unavailable(m) => Error::Unavailable(mask(m)),
-            Error::InvalidArgument(m) => Error::InvalidArgument(mask(m)),
-            Error::Internal(m) => Error::Internal(mask(m)),
-            other => other,
-        }
+        error.redacted(&secrets)
     }
 
     pub fn unavailable(&self, msg: impl std::fmt::Display) -> Error {

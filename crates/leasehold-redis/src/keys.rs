@@ -6,7 +6,8 @@
 //! - `{prefix}q:{key}` and `{prefix}h:{key}`: the waiters' queue and their heartbeats (only while
 //!   someone waits; they expire);
 //! - `{prefix}s:{token}:{key}`: one waiter's wake-up list (the token has a fixed length, so the
-//!   name is unambiguous; it expires).
+//!   name is unambiguous; it expires);
+//! - `{prefix}rq:{key}` and `{prefix}rh:{key}`: Redlock's waiter ranking on each node.
 
 use leasehold_core::{Key, Token};
 
@@ -23,15 +24,18 @@ pub struct RedisKeys {
     pub signal_suffix: Vec<u8>,
 }
 
+/// `{prefix}{tag}{key}`: the name of one of a key's Redis keys.
+pub fn namespaced(prefix: &str, tag: &[u8], key: &Key) -> Vec<u8> {
+    let mut out = Vec::with_capacity(prefix.len() + tag.len() + key.as_bytes().len());
+    out.extend_from_slice(prefix.as_bytes());
+    out.extend_from_slice(tag);
+    out.extend_from_slice(key.as_bytes());
+    out
+}
+
 impl RedisKeys {
     pub fn new(prefix: &str, key: &Key) -> Self {
-        let make = |tag: &[u8]| {
-            let mut out = Vec::with_capacity(prefix.len() + tag.len() + key.as_bytes().len());
-            out.extend_from_slice(prefix.as_bytes());
-            out.extend_from_slice(tag);
-            out.extend_from_slice(key.as_bytes());
-            out
-        };
+        let make = |tag: &[u8]| namespaced(prefix, tag, key);
         let mut signal_prefix = prefix.as_bytes().to_vec();
         signal_prefix.extend_from_slice(b"s:");
         let mut signal_suffix = b":".to_vec();

@@ -6,7 +6,7 @@
 //! `{prefix}rh:{key}`): that one reserves free keys for its head, which N independent queues must
 //! not do.
 
-use crate::keys::RedisKeys;
+use crate::keys::{namespaced, RedisKeys};
 use crate::node::Node;
 use crate::scripts::{REDLOCK_ACQUIRE_SCRIPT, REDLOCK_RELEASE_SCRIPT};
 use leasehold_core::{Error, Key, Result, Token, Ttl};
@@ -23,17 +23,10 @@ pub(crate) struct RedlockKeys {
 
 impl RedlockKeys {
     pub(crate) fn new(prefix: &str, key: &Key) -> RedlockKeys {
-        let make = |tag: &[u8]| {
-            let mut out = Vec::with_capacity(prefix.len() + tag.len() + key.as_bytes().len());
-            out.extend_from_slice(prefix.as_bytes());
-            out.extend_from_slice(tag);
-            out.extend_from_slice(key.as_bytes());
-            out
-        };
         RedlockKeys {
             base: RedisKeys::new(prefix, key),
-            queue: make(b"rq:"),
-            heartbeats: make(b"rh:"),
+            queue: namespaced(prefix, b"rq:", key),
+            heartbeats: namespaced(prefix, b"rh:", key),
         }
     }
 }
