@@ -168,6 +168,103 @@ enum leasehold_status leasehold_acquire(const struct leasehold_client *client,
                                         struct leasehold_lease **lease_out);
 
 /**
+ * One attempt at a shared (read) lease on `key`: granted while no exclusive lease holds the key
+ * and no exclusive request waits for it (so readers never starve a writer); any number of shared
+ * leases may hold it at once. Arguments, ownership and statuses as for `leasehold_try_acquire`;
+ * the lease is released, extended and freed with the same calls. `LEASEHOLD_INVALID_ARGUMENT` on
+ * a backend without shared locks (the message says which).
+ *
+ * # Safety
+ * As for `leasehold_try_acquire`.
+ */
+enum leasehold_status leasehold_try_acquire_shared(const struct leasehold_client *client,
+                                                   const char *key,
+                                                   size_t key_len,
+                                                   uint64_t ttl_ms,
+                                                   struct leasehold_lease **lease_out);
+
+/**
+ * Like `leasehold_try_acquire_shared`, but waits up to `wait_ms` milliseconds, as
+ * `leasehold_acquire` does.
+ *
+ * # Safety
+ * As for `leasehold_try_acquire`.
+ */
+enum leasehold_status leasehold_acquire_shared(const struct leasehold_client *client,
+                                               const char *key,
+                                               size_t key_len,
+                                               uint64_t ttl_ms,
+                                               uint64_t wait_ms,
+                                               struct leasehold_lease **lease_out);
+
+/**
+ * One attempt at one of `permits` (1 to 65535) permits of the semaphore `key`: granted while fewer
+ * than `permits` leases hold it. Each permit is a lease of its own (token, fence, TTL on the
+ * backend's clock; release, extend and free as for any lease). Semaphore keys and lock keys are
+ * separate namespaces. Everyone using one semaphore should pass the same `permits`.
+ * `permits` of 0 or above 65535: `LEASEHOLD_INVALID_ARGUMENT`; otherwise as `leasehold_try_acquire`.
+ *
+ * # Safety
+ * As for `leasehold_try_acquire`.
+ */
+enum leasehold_status leasehold_try_acquire_permit(const struct leasehold_client *client,
+                                                   const char *key,
+                                                   size_t key_len,
+                                                   uint32_t permits,
+                                                   uint64_t ttl_ms,
+                                                   struct leasehold_lease **lease_out);
+
+/**
+ * Like `leasehold_try_acquire_permit`, but waits up to `wait_ms` milliseconds for a permit (first
+ * come, first served), as `leasehold_acquire` does.
+ *
+ * # Safety
+ * As for `leasehold_try_acquire`.
+ */
+enum leasehold_status leasehold_acquire_permit(const struct leasehold_client *client,
+                                               const char *key,
+                                               size_t key_len,
+                                               uint32_t permits,
+                                               uint64_t ttl_ms,
+                                               uint64_t wait_ms,
+                                               struct leasehold_lease **lease_out);
+
+/**
+ * Picks up a lease taken elsewhere (another process, a queued job) by its key and `token`: the
+ * 32 lowercase hex characters `leasehold_lease_token` gave the process that acquired it
+ * (NUL-terminated). One round trip confirms the token still holds the key and reads its fence and
+ * the time left. On `LEASEHOLD_OK`, `*lease_out` receives a new lease the caller owns and frees
+ * with `leasehold_lease_free` (which releases it if still held); otherwise it is left as it was.
+ * `LEASEHOLD_LOST` when that token no longer holds the key (expired, released, taken over).
+ * `LEASEHOLD_INVALID_ARGUMENT` for NULL pointers, a bad `key_len`, a token that is not 32 lowercase
+ * hex characters, and on a backend that cannot restore (PostgreSQL advisory: a session owns the
+ * lock; use `?lock=table`). Thread-safe.
+ *
+ * # Safety
+ * `client` is NULL or a live client; `key` is NULL or points to `key_len` readable bytes; `token` is
+ * NULL or a NUL-terminated string; `lease_out` is NULL or points to writable storage.
+ */
+enum leasehold_status leasehold_lease_restore(const struct leasehold_client *client,
+                                              const char *key,
+                                              size_t key_len,
+                                              const char *token,
+                                              struct leasehold_lease **lease_out);
+
+/**
+ * The operator's escape hatch: frees `key` whoever holds it (the holder's next release or extend
+ * gives `LEASEHOLD_LOST`); fences keep rising across it. `LEASEHOLD_OK` whether or not the key was
+ * held. Counted (`force_released` in the stats) and logged as a warning. On PostgreSQL advisory it
+ * terminates the session holding the lock, which needs the `pg_signal_backend` role.
+ * NULL `client` or `key`, or a bad `key_len`: `LEASEHOLD_INVALID_ARGUMENT`. Thread-safe.
+ *
+ * # Safety
+ * `client` is NULL or a live client; `key` is NULL or points to `key_len` readable bytes.
+ */
+enum leasehold_status leasehold_force_release(const struct leasehold_client *client,
+                                              const char *key,
+                                              size_t key_len);
+
+/**
  * Releases the key if it still holds this lease's token (compare-and-delete). Does not free the
  * lease: call `leasehold_lease_free` afterwards.
  *
@@ -232,7 +329,8 @@ enum leasehold_status leasehold_lease_keep_alive(struct leasehold_lease *lease, 
 enum leasehold_status leasehold_lease_keep_alive_status(const struct leasehold_lease *lease);
 
 /**
- * The lease's fencing token: strictly increasing per key, starting at 1. Hand it to the store you
+ * The lease's fencing token: never 0, strictly increasing per key (a large number, about the server's
+ * time in µs, so it keeps rising when a backend loses its data). Hand it to the store you
  * protect so it can reject a stale holder. 0 for NULL. Makes no network call.
  *
  * # Safety
@@ -269,6 +367,20 @@ const char *leasehold_lease_token(const struct leasehold_lease *lease);
  * `lease` is NULL or a live lease; it must not be used after this call.
  */
 void leasehold_lease_free(struct leasehold_lease *lease);
+
+/**
+ * Frees a lease WITHOUT releasing it: the key stays held on the backend until its TTL runs out
+ * (keep-alive renewal stops). For hosts whose frameworks let a lock outlive the object that took
+ * it — a Symfony `Key` serialized for another process, a Laravel lock restored elsewhere by its
+ * owner — where freeing must not give the key back. The lease can still be picked up by key and
+ * token with `leasehold_lease_restore`. On PostgreSQL advisory the lease's session is kept open
+ * (it is the lock) until the session's idle timeout, the TTL, ends it. NULL is a no-op; in a fork()
+ * child it does what `leasehold_lease_free` does there.
+ *
+ * # Safety
+ * `lease` is NULL or a live lease; it must not be used after this call.
+ */
+void leasehold_lease_detach(struct leasehold_lease *lease);
 
 /**
  * The client's counters and histograms as one JSON object (a snapshot; makes no network call):

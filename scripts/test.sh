@@ -22,7 +22,13 @@ command -v php >/dev/null || missing+=(php-cli)
 command -v phpunit >/dev/null || missing+=(phpunit)
 ls /usr/sbin/php-fpm* >/dev/null 2>&1 || missing+=(php-fpm)
 [ -d /usr/share/php/Psr/Log ] || missing+=(php-psr-log)
-php -m 2>/dev/null | grep -qi '^pdo_sqlite$' || missing+=(php-sqlite3)
+# The module list is read whole before it is searched: `php -m | grep -q` fails under pipefail when
+# grep stops reading before php has written everything (php dies of SIGPIPE).
+php_modules() { php -m 2>/dev/null || true; }
+grep -qix pdo_sqlite <<<"$(php_modules)" || missing+=(php-sqlite3)
+grep -qix redis <<<"$(php_modules)" || missing+=(php-redis)
+[ -d /usr/share/php/Symfony/Component/Lock ] || missing+=(php-symfony-lock)
+[ -d /usr/share/php/Illuminate/Cache ] || missing+=(php-laravel-framework)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"
   if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
@@ -33,8 +39,8 @@ fi
 # started by the install (the machine's pre-started servers, if any, are left alone).
 redis-server --version
 ls -d /usr/lib/postgresql/*/bin
-php -v | head -1
-php -m | grep -qx FFI || { echo "PHP lacks the FFI extension"; exit 1; }
+php -v | sed -n 1p
+grep -qx FFI <<<"$(php_modules)" || { echo "PHP lacks the FFI extension"; exit 1; }
 
 # ---------------------------------------------------------------------------------------------------
 step "format and lint"
@@ -43,11 +49,13 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 # ---------------------------------------------------------------------------------------------------
 step "Rust, C and header tests (each starts its own servers)"
+# The C library first: it has no rlib (that would collide with the facade's libleasehold.rlib), so
+# `cargo test` does not build it for the C tests by itself.
+cargo build --locked -p leasehold-ffi
 cargo test --workspace --locked -- --test-threads=4
 
 # ---------------------------------------------------------------------------------------------------
 step "PHP tests"
-cargo build --locked -p leasehold-ffi
 LEASEHOLD_LIBRARY="$PWD/target/debug/libleasehold.so" bash bindings/php/run-tests.sh
 
 step "all tests passed"

@@ -15,12 +15,18 @@
 
 pub use leasehold_core::*;
 
-/// The backend URL used when none is given: local files under the system temp directory.
+/// The backend URL used when none is given: local files in a per-user directory that no tmp
+/// cleaner ages — `/run/lock/leasehold-<uid>` when `/run/lock` exists and is writable, else
+/// `$XDG_RUNTIME_DIR/leasehold`, else `<temp dir>/leasehold-<uid>`.
+///
+/// Why: a held key's record deleted under it lets a second process take the key. systemd-tmpfiles
+/// ages `/tmp` (10 days) and `/var/tmp` (30 days), so the old default `/tmp/leasehold` could lose
+/// the records of long-running holders; `/run/lock` is the tmpfs meant for lock files, is not aged,
+/// and empties only at reboot, when every lease is over anyway. The uid keeps users apart (another
+/// user's or a group-writable directory is refused). See [`leasehold_local::default_dir`] for the
+/// details and the limits (tmpfs space: 4 KiB per key held at once).
 pub fn default_url() -> String {
-    format!(
-        "file://{}",
-        std::env::temp_dir().join("leasehold").display()
-    )
+    format!("file://{}", leasehold_local::default_dir().display())
 }
 
 /// Connects to the backend a URL names and returns a client to share across threads:
@@ -40,9 +46,15 @@ pub fn connect(url: &str) -> Result<Client> {
 
 /// [`connect`] for an already parsed configuration.
 pub fn connect_config(config: &Config) -> Result<Client> {
+    refuse_unbuilt(config)?;
     let client = match &config.backend {
         BackendConfig::Local { .. } => Client::new(leasehold_local::LocalBackend::open(config)?),
-        BackendConfig::Redis { .. } => Client::new(leasehold_redis::RedisBackend::connect(config)?),
+        BackendConfig::Redis { .. }
+        | BackendConfig::RedisUnix { .. }
+        | BackendConfig::RedisCluster { .. }
+        | BackendConfig::RedisSentinel { .. } => {
+            Client::new(leasehold_redis::RedisBackend::connect(config)?)
+        }
         BackendConfig::Redlock { .. } => {
             Client::new(leasehold_redis::RedlockBackend::connect(config)?)
         }
@@ -57,4 +69,50 @@ pub fn connect_config(config: &Config) -> Result<Client> {
         }
     };
     Ok(client.with_prefix_label(&config.prefix))
+}
+
+/// Options the URL parser knows but this build's backends do not carry out yet: refused rather than
+/// ignored, so no one gets plain text where they asked for TLS, or fewer acknowledgements than asked.
+fn refuse_unbuilt(config: &Config) -> Result<()> {
+    // `replicas` is carried out by every Redis topology but Redlock (whose nodes are independent
+    // masters, so a majority of them is its redundancy). TLS (`tls_*`, `redlocks://`) is carried
+    // out on every Redis scheme.
+    let unbuilt =
+        if config.redis.replicas > 0 && matches!(config.backend, BackendConfig::Redlock { .. }) {
+            Some("`replicas` with Redlock")
+        } else {
+            None
+        };
+    match unbuilt {
+        Some(what) => Err(Error::InvalidArgument(format!(
+            "{what} is not available in this build ({})",
+            config.describe()
+        ))),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_parameters_and_redlocks_are_no_longer_refused() {
+        for url in [
+            "rediss://h?tls_ca_file=/ca.pem&tls_cert_file=/c.pem&tls_key_file=/k.pem",
+            "rediss://h?tls_insecure=true",
+            "rediss+cluster://a,b?tls_ca_file=/ca.pem",
+            "rediss+sentinel://s1,s2/m?tls_ca_file=/ca.pem",
+            "redlocks://a,b,c",
+            "redlocks://a,b,c?tls_ca_file=/ca.pem&tls_insecure=true",
+        ] {
+            let config = Config::parse(url).unwrap();
+            assert!(refuse_unbuilt(&config).is_ok(), "{url}");
+        }
+        let config = Config::parse("redlock://a,b,c?replicas=1").unwrap();
+        assert_eq!(
+            refuse_unbuilt(&config).unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
+    }
 }

@@ -39,6 +39,7 @@ foreach ([
     'Library',
     'Client',
     'Lock',
+    'Semaphore',
 ] as $class) {
     require_once __DIR__ . '/src/' . $class . '.php';
 }

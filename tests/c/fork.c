@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -146,11 +147,67 @@ static void release_while_child_lives(const char *url) {
     leasehold_client_free(client);
 }
 
+struct first_call {
+    leasehold_client *client;
+    char key[160];
+    leasehold_status status;
+};
+
+static void *take_and_release(void *arg) {
+    struct first_call *call = arg;
+    leasehold_lease *lease = NULL;
+    call->status = leasehold_try_acquire(call->client, call->key, strlen(call->key), 30000, &lease);
+    if (call->status == LEASEHOLD_OK) {
+        call->status = leasehold_lease_release(lease);
+        leasehold_lease_free(lease);
+    }
+    return NULL;
+}
+
+/* Threads of a fork() child making their first calls at once: each gets through on the child's own
+ * client (made once they race to connect, none held up behind another's connect). */
+static void threads_in_a_child(const char *url) {
+    leasehold_client *client = NULL;
+    EXPECT(LEASEHOLD_OK, leasehold_client_open(url, &client));
+    leasehold_lease *warm = NULL;
+    char key[128];
+    unique_key(key, sizeof key, "fork-threads");
+    EXPECT(LEASEHOLD_OK, leasehold_try_acquire(client, key, strlen(key), 60000, &warm));
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        enum { N = 4 };
+        struct first_call calls[N];
+        pthread_t threads[N];
+        for (int i = 0; i < N; i++) {
+            calls[i].client = client;
+            snprintf(calls[i].key, sizeof calls[i].key, "%s:%d", key, i);
+            CHECK(pthread_create(&threads[i], NULL, take_and_release, &calls[i]) == 0);
+        }
+        for (int i = 0; i < N; i++) {
+            CHECK(pthread_join(threads[i], NULL) == 0);
+            CHECK(calls[i].status == LEASEHOLD_OK);
+        }
+        leasehold_lease_free(warm);
+        leasehold_client_free(client);
+        fflush(NULL);
+        _exit(0);
+    }
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    EXPECT(LEASEHOLD_OK, leasehold_lease_release(warm));
+    leasehold_lease_free(warm);
+    leasehold_client_free(client);
+}
+
 int main(void) {
     const char *url = env_or_die("LEASEHOLD_URL");
     run(url, 0);
     run(url, 1);
     release_while_child_lives(url);
+    threads_in_a_child(url);
     printf("fork: ok\n");
     return 0;
 }

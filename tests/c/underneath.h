@@ -40,7 +40,12 @@ static inline void delete_local(const char *dir, const char *key) {
     CHECK(deleted == 1);
 }
 
-/* DEL of the lock key `leasehold:l:<key>` on the Redis at 127.0.0.1:port, in raw RESP. */
+/* DEL of the lock key of `key` on the Redis at 127.0.0.1:port, in raw RESP. The name is
+ * `leasehold:{<16 hex digits>}l:<key>` (the hex is the start of SHA-256("leasehold:" followed by key), the
+ * Cluster hash tag: see crates/leasehold-redis/src/keys.rs). Rather than carry a SHA-256 here, a
+ * server-side script finds the one key of exactly that shape (plain_key's keys hold no glob
+ * characters) and deletes it; it answers the number deleted, or minus the number found when that
+ * is not exactly one. */
 static inline void delete_redis(int port, const char *key) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     CHECK(fd >= 0);
@@ -50,11 +55,16 @@ static inline void delete_redis(int port, const char *key) {
     addr.sin_port = htons((uint16_t)port);
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     CHECK(connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0);
-    char lock_key[128];
-    snprintf(lock_key, sizeof lock_key, "leasehold:l:%s", key);
-    char command[256];
-    int n = snprintf(command, sizeof command, "*2\r\n$3\r\nDEL\r\n$%zu\r\n%s\r\n", strlen(lock_key),
-                     lock_key);
+    static const char script[] = "local k = redis.call('KEYS', ARGV[1]) "
+                                 "if #k ~= 1 then return -#k end "
+                                 "return redis.call('DEL', k[1])";
+    char pattern[128];
+    snprintf(pattern, sizeof pattern, "leasehold:{????????????????}l:%s", key);
+    char command[512];
+    int n = snprintf(command, sizeof command,
+                     "*4\r\n$4\r\nEVAL\r\n$%zu\r\n%s\r\n$1\r\n0\r\n$%zu\r\n%s\r\n",
+                     strlen(script), script, strlen(pattern), pattern);
+    CHECK(n > 0 && (size_t)n < sizeof command);
     CHECK(write(fd, command, (size_t)n) == n);
     char reply[64] = {0};
     size_t got = 0;

@@ -32,3 +32,16 @@ leasehold_status leasehold_lease_keep_alive(leasehold_lease *lease, bool enabled
 leasehold_status leasehold_lease_keep_alive_status(const leasehold_lease *lease);
 const char *leasehold_client_stats_json(const leasehold_client *client);
 const char *leasehold_client_metrics(const leasehold_client *client);
+leasehold_status leasehold_try_acquire_shared(const leasehold_client *client, const char *key, size_t key_len,
+                                              uint64_t ttl_ms, leasehold_lease **lease_out);
+leasehold_status leasehold_acquire_shared(const leasehold_client *client, const char *key, size_t key_len,
+                                          uint64_t ttl_ms, uint64_t wait_ms, leasehold_lease **lease_out);
+leasehold_status leasehold_try_acquire_permit(const leasehold_client *client, const char *key, size_t key_len,
+                                              uint32_t permits, uint64_t ttl_ms, leasehold_lease **lease_out);
+leasehold_status leasehold_acquire_permit(const leasehold_client *client, const char *key, size_t key_len,
+                                          uint32_t permits, uint64_t ttl_ms, uint64_t wait_ms,
+                                          leasehold_lease **lease_out);
+leasehold_status leasehold_lease_restore(const leasehold_client *client, const char *key, size_t key_len,
+                                         const char *token, leasehold_lease **lease_out);
+leasehold_status leasehold_force_release(const leasehold_client *client, const char *key, size_t key_len);
+void leasehold_lease_detach(leasehold_lease *lease);

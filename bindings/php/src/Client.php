@@ -79,7 +79,7 @@ final class Client
     /**
      * This client's counters, decoded from the library's JSON (one snapshot, no network call): acquire_attempts,
      * acquired, not_acquired (contention), releases_ok, releases_lost, extends_ok, extends_lost, expired,
-     * keepalive_renewals, keepalive_failures, retries (integers), errors (kind => count), and the histograms
+     * keepalive_renewals, keepalive_failures, restored, force_released, retries (integers), errors (kind => count), and the histograms
      * wait_seconds, hold_seconds, round_trip_seconds (count, sum in seconds, cumulative buckets as
      * [upper bound in seconds or "+Inf", count] pairs). A persistent client's counts cover every request the worker
      * served with it; after pcntl_fork() the child's client counts from zero.
@@ -143,6 +143,94 @@ final class Client
             throw new InvalidArgumentException('ttl must be positive, got 0 s');
         }
         return new Lock($this, $key, $ttlMs);
+    }
+
+    /**
+     * A shared (read) lock on $key, not yet acquired: any number of shared holders at once, or one exclusive holder
+     * (createLock() on the same key). While an exclusive request waits, new shared requests wait behind it, so a
+     * stream of readers never starves a writer.
+     *
+     * @param string    $key 1 to 1024 bytes, binary-safe
+     * @param int|float $ttl seconds the lease lasts after each acquire or extend
+     */
+    public function createSharedLock(string $key, mixed $ttl = self::DEFAULT_TTL): Lock
+    {
+        Key::check($key);
+        return new Lock($this, $key, self::positiveTtl($ttl), shared: true);
+    }
+
+    /**
+     * A counting semaphore: at most $permits leases on $key at once. Each acquire() on it takes one permit, as a
+     * Lock of its own (token, fence, TTL, extend, release). Semaphore keys and lock keys are separate namespaces.
+     *
+     * @param string    $key     1 to 1024 bytes, binary-safe
+     * @param int       $permits 1 to 65535; everyone using one semaphore should pass the same number
+     * @param int|float $ttl     seconds each permit lasts after its acquire or extend
+     */
+    public function createSemaphore(string $key, int $permits, mixed $ttl = self::DEFAULT_TTL): Semaphore
+    {
+        Key::check($key);
+        if ($permits < 1 || $permits > 65535) {
+            throw new InvalidArgumentException(sprintf('permits must be 1 to 65535, got %d', $permits));
+        }
+        return new Semaphore($this, $key, $permits, self::positiveTtl($ttl));
+    }
+
+    private static function positiveTtl(mixed $ttl): int
+    {
+        $ttlMs = Seconds::toMillis($ttl, 'ttl');
+        if ($ttlMs === 0) {
+            throw new InvalidArgumentException('ttl must be positive, got 0 s');
+        }
+        return $ttlMs;
+    }
+
+    /**
+     * Picks up a lease taken elsewhere — another process, or the dispatcher of a queued job that this job must
+     * release — by its key and the token the acquiring process read from Lock::token(). One round trip confirms
+     * the token still holds the key; the returned Lock holds it (fence(), extend(), release() as usual).
+     *
+     * @param string    $key   1 to 1024 bytes, binary-safe
+     * @param string    $token 32 lowercase hexadecimal characters
+     * @param int|float $ttl   seconds for later extend() calls without an argument and for keepAlive()
+     *
+     * @throws LockLostException           the token no longer holds the key (expired, released, taken over)
+     * @throws InvalidArgumentException    a malformed key or token; PostgreSQL advisory mode (a session owns the
+     *                                     lock there: use ?lock=table)
+     * @throws BackendUnavailableException
+     */
+    public function restoreLock(string $key, string $token, mixed $ttl = self::DEFAULT_TTL): Lock
+    {
+        Key::check($key);
+        if (preg_match('/^[0-9a-f]{32}$/D', $token) !== 1) {
+            throw new InvalidArgumentException('a lease token is 32 lowercase hexadecimal characters');
+        }
+        $lock = $this->createLock($key, $ttl);
+        $ffi = $this->library->ffi();
+        $out = $this->library->newLeaseOut();
+        $status = $ffi->leasehold_lease_restore($this->handle(), $key, strlen($key), $token, \FFI::addr($out));
+        if ($status !== Library::OK) {
+            throw $this->library->error($status, 'cannot restore the lock');
+        }
+        $lock->adopt($out);
+        return $lock;
+    }
+
+    /**
+     * Frees $key whoever holds it: the operator's escape hatch for a lock whose holder is known to be dead. The
+     * holder's next release() or extend() throws LockLostException. Counted (stats()['force_released']) and
+     * logged by the library. On PostgreSQL advisory it terminates the holding session (needs pg_signal_backend).
+     *
+     * @throws InvalidArgumentException    a malformed key
+     * @throws BackendUnavailableException
+     */
+    public function forceRelease(string $key): void
+    {
+        Key::check($key);
+        $status = $this->library->ffi()->leasehold_force_release($this->handle(), $key, strlen($key));
+        if ($status !== Library::OK) {
+            throw $this->library->error($status, 'cannot force the release');
+        }
     }
 
     /**

@@ -35,6 +35,9 @@ final class Library
     private static ?self $scoped = null;
     private static bool $scopeLookedUp = false;
 
+    /** `leasehold_lease*`, parsed once: FFI::new() with a type string parses the declaration on every call. */
+    private ?\FFI\CType $leaseOutType = null;
+
     private function __construct(
         private readonly \FFI $ffi,
         private readonly ?string $path,
@@ -113,6 +116,12 @@ final class Library
     public function ffi(): \FFI
     {
         return $this->ffi;
+    }
+
+    /** @internal a fresh `leasehold_lease*` for an acquire to write its lease into */
+    public function newLeaseOut(): \FFI\CData
+    {
+        return $this->ffi->new($this->leaseOutType ??= $this->ffi->type('leasehold_lease*'));
     }
 
     /**

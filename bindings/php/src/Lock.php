@@ -26,13 +26,25 @@ final class Lock
     /** The renewal failure of the lease this object holds or held last; kept after the lease is given up. */
     private ?LeaseholdException $keepAliveFailure = null;
     private bool $keepAliveLossLogged = false;
+    /** The client's binding and PSR-3 events, read once here: every call below needs them. */
+    private readonly \FFI $ffi;
+    private readonly ?Events $events;
 
-    /** @internal use Client::createLock() */
+    /**
+     * @internal use Client::createLock(), createSharedLock() or createSemaphore()
+     *
+     * @param bool $shared  a shared (read) lease instead of an exclusive one
+     * @param int  $permits a permit of a semaphore of this many permits (0: not a semaphore)
+     */
     public function __construct(
         private readonly Client $client,
         private readonly string $key,
         private readonly int $ttlMs,
+        private readonly bool $shared = false,
+        private readonly int $permits = 0,
     ) {
+        $this->ffi = $client->library()->ffi();
+        $this->events = $client->events();
     }
 
     /**
@@ -45,17 +57,20 @@ final class Lock
     public function tryAcquire(): bool
     {
         $this->refuseIfHeld();
-        $ffi = $this->client->library()->ffi();
-        $out = $ffi->new('leasehold_lease*');
-        $retries = $this->retriesSoFar();
-        $start = hrtime(true);
-        $status = $ffi->leasehold_try_acquire(
-            $this->client->handle(),
-            $this->key,
-            strlen($this->key),
-            $this->ttlMs,
-            \FFI::addr($out),
-        );
+        $ffi = $this->ffi;
+        $out = $this->client->library()->newLeaseOut();
+        // The retry count and the clock only feed the events; without a logger they are not read.
+        $retries = $this->events === null ? null : $this->retriesSoFar();
+        $start = $this->events === null ? 0 : hrtime(true);
+        $client = $this->client->handle();
+        $length = strlen($this->key);
+        $status = match (true) {
+            $this->permits > 0 => $ffi->leasehold_try_acquire_permit(
+                $client, $this->key, $length, $this->permits, $this->ttlMs, \FFI::addr($out)),
+            $this->shared => $ffi->leasehold_try_acquire_shared(
+                $client, $this->key, $length, $this->ttlMs, \FFI::addr($out)),
+            default => $ffi->leasehold_try_acquire($client, $this->key, $length, $this->ttlMs, \FFI::addr($out)),
+        };
         return $this->settle($status, $out, $start, $retries);
     }
 
@@ -72,18 +87,19 @@ final class Lock
     {
         $waitMs = Seconds::toMillis($wait, 'wait');
         $this->refuseIfHeld();
-        $ffi = $this->client->library()->ffi();
-        $out = $ffi->new('leasehold_lease*');
-        $retries = $this->retriesSoFar();
-        $start = hrtime(true);
-        $status = $ffi->leasehold_acquire(
-            $this->client->handle(),
-            $this->key,
-            strlen($this->key),
-            $this->ttlMs,
-            $waitMs,
-            \FFI::addr($out),
-        );
+        $ffi = $this->ffi;
+        $out = $this->client->library()->newLeaseOut();
+        $retries = $this->events === null ? null : $this->retriesSoFar();
+        $start = $this->events === null ? 0 : hrtime(true);
+        $client = $this->client->handle();
+        $length = strlen($this->key);
+        $status = match (true) {
+            $this->permits > 0 => $ffi->leasehold_acquire_permit(
+                $client, $this->key, $length, $this->permits, $this->ttlMs, $waitMs, \FFI::addr($out)),
+            $this->shared => $ffi->leasehold_acquire_shared(
+                $client, $this->key, $length, $this->ttlMs, $waitMs, \FFI::addr($out)),
+            default => $ffi->leasehold_acquire($client, $this->key, $length, $this->ttlMs, $waitMs, \FFI::addr($out)),
+        };
         return $this->settle($status, $out, $start, $retries);
     }
 
@@ -97,18 +113,37 @@ final class Lock
      */
     public function release(): void
     {
-        if (!$this->holds()) {
+        $lease = $this->lease;
+        if ($lease === null) {
             return;
         }
-        $ffi = $this->client->library()->ffi();
-        $lease = $this->lease;
-        $fence = $this->fence() ?? 0;
-        $remainingMs = $ffi->leasehold_lease_remaining_ms($lease);
-        $status = $ffi->leasehold_lease_release($lease);
-        if ($status === Library::OK) {
-            $this->client->events()?->released($this->key, $fence);
-            $this->forget();
-            return;
+        $ffi = $this->ffi;
+        if ($this->events === null && !$this->keepingAlive) {
+            // The common path: no logger, so neither the fence nor the time left is needed, and the library
+            // checks itself that this process took the lease (getmypid() is a system call; here it is only
+            // made when the library refused).
+            $fence = 0;
+            $remainingMs = 0;
+            $status = $ffi->leasehold_lease_release($lease);
+            if ($status === Library::OK) {
+                $this->forget();
+                return;
+            }
+            if ($status === Library::INVALID_ARGUMENT && !$this->holds()) {
+                return; // inherited across pcntl_fork(): the parent's lease, which this process must not release
+            }
+        } else {
+            if (!$this->holds()) {
+                return;
+            }
+            $fence = $ffi->leasehold_lease_fence($lease);
+            $remainingMs = $ffi->leasehold_lease_remaining_ms($lease);
+            $status = $ffi->leasehold_lease_release($lease);
+            if ($status === Library::OK) {
+                $this->events?->released($this->key, $fence);
+                $this->forget();
+                return;
+            }
         }
         $error = $this->client->library()->error($status, 'cannot release the lease');
         $this->report($status, $error, 'release', $fence, $remainingMs);
@@ -140,9 +175,10 @@ final class Lock
                 Key::describe($this->key),
             ));
         }
-        $ffi = $this->client->library()->ffi();
-        $fence = $this->fence() ?? 0;
-        $remainingMs = $ffi->leasehold_lease_remaining_ms($this->lease);
+        $ffi = $this->ffi;
+        // Both only feed the events (which kind of loss to log).
+        $fence = $this->events === null ? 0 : $ffi->leasehold_lease_fence($this->lease);
+        $remainingMs = $this->events === null ? 0 : $ffi->leasehold_lease_remaining_ms($this->lease);
         $status = $ffi->leasehold_lease_extend($this->lease, $ttlMs);
         if ($status === Library::OK) {
             return;
@@ -176,7 +212,7 @@ final class Lock
                 Key::describe($this->key),
             ));
         }
-        $status = $this->client->library()->ffi()->leasehold_lease_keep_alive($this->lease, $enabled);
+        $status = $this->ffi->leasehold_lease_keep_alive($this->lease, $enabled);
         if ($status !== Library::OK) {
             throw $this->client->library()->error($status, 'cannot switch keep-alive');
         }
@@ -208,7 +244,7 @@ final class Lock
     public function isAcquired(): bool
     {
         return $this->holds()
-            && $this->client->library()->ffi()->leasehold_lease_remaining_ms($this->lease) > 0;
+            && $this->ffi->leasehold_lease_remaining_ms($this->lease) > 0;
     }
 
     /**
@@ -220,7 +256,7 @@ final class Lock
         if (!$this->holds()) {
             return null;
         }
-        return $this->client->library()->ffi()->leasehold_lease_remaining_ms($this->lease) / 1000.0;
+        return $this->ffi->leasehold_lease_remaining_ms($this->lease) / 1000.0;
     }
 
     /** The held lease's owner token (32 lowercase hex characters), or null. */
@@ -229,7 +265,7 @@ final class Lock
         if (!$this->holds()) {
             return null;
         }
-        $token = $this->client->library()->ffi()->leasehold_lease_token($this->lease);
+        $token = $this->ffi->leasehold_lease_token($this->lease);
         return $token === null ? null : (string) $token;
     }
 
@@ -242,12 +278,24 @@ final class Lock
         if (!$this->holds()) {
             return null;
         }
-        return $this->client->library()->ffi()->leasehold_lease_fence($this->lease);
+        return $this->ffi->leasehold_lease_fence($this->lease);
     }
 
     public function key(): string
     {
         return $this->key;
+    }
+
+    /** True for a shared (read) lock from Client::createSharedLock(). */
+    public function isShared(): bool
+    {
+        return $this->shared;
+    }
+
+    /** The semaphore's size for a permit from Client::createSemaphore(); null for a lock. */
+    public function permits(): ?int
+    {
+        return $this->permits > 0 ? $this->permits : null;
     }
 
     /** The TTL in seconds that acquire() and extend() use. */
@@ -278,6 +326,34 @@ final class Lock
         $this->keepAliveLossLogged = false;
     }
 
+    /**
+     * Lets go of the held lease WITHOUT releasing it: the key stays held on the backend until its TTL (keep-alive
+     * stops), and another process can pick it up with Client::restoreLock($key, $token). For framework adapters
+     * whose locks outlive the object that took them. Does nothing when this object holds no lease.
+     */
+    public function detach(): void
+    {
+        if (!$this->holds()) {
+            return;
+        }
+        $lease = $this->lease;
+        $this->lease = null;
+        $this->ownerPid = 0;
+        $this->keepingAlive = false;
+        $this->ffi->leasehold_lease_detach($lease);
+    }
+
+    /** @internal for Client::restoreLock(): this object now holds the restored lease */
+    public function adopt(\FFI\CData $lease): void
+    {
+        $this->refuseIfHeld();
+        $this->lease = $lease;
+        $this->ownerPid = getmypid();
+        $this->keepingAlive = false;
+        $this->keepAliveFailure = null;
+        $this->keepAliveLossLogged = false;
+    }
+
     private function holds(): bool
     {
         return $this->lease !== null && $this->ownerPid === getmypid();
@@ -295,7 +371,7 @@ final class Lock
 
     private function settle(int $status, \FFI\CData $out, int|float $start, ?int $retriesBefore): bool
     {
-        $events = $this->client->events();
+        $events = $this->events;
         if ($status === Library::OK) {
             $this->lease = $out;
             $this->ownerPid = getmypid();
@@ -322,7 +398,7 @@ final class Lock
     /** The client's retry count, read only when someone listens for retry events (it costs a stats() call). */
     private function retriesSoFar(): ?int
     {
-        if ($this->client->events() === null) {
+        if ($this->events === null) {
             return null;
         }
         try {
@@ -335,7 +411,7 @@ final class Lock
     /** Logs a failed release or extend (after its exception was made, so the library's message is in it). */
     private function report(int $status, LeaseholdException $error, string $during, int $fence, int $remainingMs): void
     {
-        $events = $this->client->events();
+        $events = $this->events;
         if ($status === Library::LOST) {
             if ($this->keepingAlive) {
                 $this->readKeepAliveStatus();
@@ -366,7 +442,7 @@ final class Lock
         $this->keepAliveFailure = $library->error($status, 'keep-alive renewal failed');
         if ($status === Library::LOST && !$this->keepAliveLossLogged) {
             $this->keepAliveLossLogged = true;
-            $this->client->events()?->lost(
+            $this->events?->lost(
                 $this->key,
                 (int) $library->ffi()->leasehold_lease_fence($this->lease),
                 'keep-alive',
@@ -382,7 +458,7 @@ final class Lock
         $this->lease = null;
         $this->ownerPid = 0;
         if ($lease !== null && !\FFI::isNull($lease)) {
-            $this->client->library()->ffi()->leasehold_lease_free($lease);
+            $this->ffi->leasehold_lease_free($lease);
         }
     }
 }

@@ -56,9 +56,41 @@ final class ExamplesTest extends LeaseholdTestCase
             '--date=2026-11-29', '--ttl=5', '--work=0', '--db=' . $dir->file('r.sqlite'), '--name=solo',
         ], ['LEASEHOLD_URL' => 'file://' . $dir->file('locks')], 60.0);
         self::assertSame(0, $result['exit'], $result['stdout'] . $result['stderr']);
-        self::assertMatchesRegularExpression('/solo  took report:2026-11-29  fence 1  ttl 5.0 s/', $result['stdout']);
-        self::assertStringContainsString('solo  wrote the report with fence 1', $result['stdout']);
+        // Fences are large numbers (a hybrid logical clock: about the server's time in µs).
+        self::assertMatchesRegularExpression('/solo  took report:2026-11-29  fence (\d+)  ttl 5.0 s/', $result['stdout']);
+        preg_match('/fence (\d+)/', $result['stdout'], $m);
+        self::assertStringContainsString('solo  wrote the report with fence ' . $m[1], $result['stdout']);
         self::assertStringContainsString('solo  released', $result['stdout']);
+        self::assertSame('', $result['stderr']);
+    }
+
+    /** @dataProvider backends */
+    public function testTheSymfonyLockExample(callable $url): void
+    {
+        $dir = new TempDir('example-symfony');
+        $result = Php::run(dirname(__DIR__, 3) . '/examples/php/symfony-lock.php', ['2026-' . bin2hex(random_bytes(3))],
+            ['LEASEHOLD_URL' => $url($dir)], 60.0);
+        $output = $result['stdout'] . $result['stderr'];
+        self::assertSame(0, $result['exit'], $output);
+        self::assertMatchesRegularExpression('/acquired invoice:\S+  fence \d+  (29|30)\.\d s left/', $output);
+        self::assertStringContainsString('a second lock on it: refused', $output);
+        self::assertMatchesRegularExpression('/refreshed: (59|60)\.\d s left, still ours: yes/', $output);
+        self::assertStringContainsString('released; held now: no', $output);
+        self::assertSame('', $result['stderr']);
+    }
+
+    /** @dataProvider backends */
+    public function testTheLaravelLockExample(callable $url): void
+    {
+        $dir = new TempDir('example-laravel');
+        $result = Php::run(dirname(__DIR__, 3) . '/examples/php/laravel-lock.php', [bin2hex(random_bytes(3))],
+            ['LEASEHOLD_URL' => $url($dir)], 60.0);
+        $output = $result['stdout'] . $result['stderr'];
+        self::assertSame(0, $result['exit'], $output);
+        self::assertMatchesRegularExpression('/acquired podcast:\S+  fence \d+  owner [0-9a-f]{32}/', $output);
+        self::assertStringContainsString('a second lock on it: refused', $output);
+        self::assertStringContainsString('restoreLock()->release(): released', $output);
+        self::assertStringContainsString('ran under the lock', $output);
         self::assertSame('', $result['stderr']);
     }
 }

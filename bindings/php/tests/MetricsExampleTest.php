@@ -44,7 +44,8 @@ final class MetricsExampleTest extends LeaseholdTestCase
                 [$status, , $body] = self::get($port, "/report?date=2026-11-0$i");
                 self::assertSame(200, $status, $body . $this->logs($dir));
                 $json = json_decode($body, true);
-                self::assertSame(1, $json['fence'], $body);
+                self::assertIsInt($json['fence'], $body);
+                self::assertGreaterThan(0, $json['fence'], $body);
                 $pids[] = $json['pid'];
             }
             self::assertCount(1, array_unique($pids), 'one server process: the persistent client outlives requests');

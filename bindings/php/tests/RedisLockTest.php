@@ -97,8 +97,14 @@ final class RedisLockTest extends LockContractTestCase
         } finally {
             $server->resume();
         }
-        $held->release(); // the retry succeeds once the server answers again
+        try {
+            $held->release(); // the retry reaches the server once it answers again
+        } catch (\Leasehold\Exception\LockLostException) {
+            // The release sent while the server was stopped ran when it woke (a request that timed out may
+            // still run, see the README's known limits): the key is free either way.
+        }
         self::assertNull($held->fence());
+        self::assertTrue($client->createLock((string) $held->key(), 1.0)->tryAcquire(), 'the key is free');
         $server->stop();
     }
 

@@ -44,6 +44,8 @@ final class StatsTest extends LeaseholdTestCase
         self::assertSame([
             'acquire_attempts' => 3,
             'acquired' => 2,
+            'acquired_shared' => 0,
+            'acquired_permit' => 0,
             'not_acquired' => 1,
             'releases_ok' => 1,
             'releases_lost' => 1,
@@ -52,6 +54,8 @@ final class StatsTest extends LeaseholdTestCase
             'expired' => 0,
             'keepalive_renewals' => 0,
             'keepalive_failures' => 0,
+            'restored' => 0,
+            'force_released' => 0,
             'retries' => 0,
         ], $counters);
         self::assertSame(['not_acquired' => 0, 'lost' => 0, 'unavailable' => 0, 'invalid_argument' => 0,

@@ -157,7 +157,8 @@ pub fn bench(client: &Client, described_url: &str, args: &BenchArgs) -> Result<u
 }
 
 fn worker(index: u32, client: &Client, shared: &Shared, args: &BenchArgs) {
-    let mut rng = Rng::new(index);
+    // Seeded by the worker's index, so runs spread workers over keys the same way.
+    let mut rng = fastrand::Rng::with_seed(u64::from(index));
     let keys = shared.keys.len();
     loop {
         let now = Instant::now();
@@ -168,7 +169,7 @@ fn worker(index: u32, client: &Client, shared: &Shared, args: &BenchArgs) {
         else {
             break;
         };
-        let k = if keys == 1 { 0 } else { rng.below(keys) };
+        let k = if keys == 1 { 0 } else { rng.usize(..keys) };
         let t0 = shared.now_ns();
         match client.acquire(&shared.keys[k], args.ttl, args.wait.min(left)) {
             Ok(lease) => {
@@ -282,20 +283,4 @@ fn text(r: &Report) -> String {
         }
     ));
     out
-}
-
-/// xorshift64*: spreads workers over keys; no statistical quality needed.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u32) -> Self {
-        Rng(0x9e37_79b9_7f4a_7c15 ^ (u64::from(seed) + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9))
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n as u64) as usize
-    }
 }

@@ -87,6 +87,16 @@ pub struct RunArgs {
     #[arg(long)]
     pub foreground: bool,
 
+    /// Take a shared (read) lease: any number of shared holders may run at once, never beside an
+    /// exclusive one; a waiting exclusive run goes before new shared ones.
+    #[arg(long, conflicts_with = "permits")]
+    pub shared: bool,
+
+    /// Take one of N permits of the semaphore KEY (at most N commands run at once; 1 to 65535).
+    /// Semaphore keys are separate from lock keys.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65535))]
+    pub permits: Option<u32>,
+
     /// Print nothing when the key is held elsewhere (exit status 75 still tells); keeps cron from
     /// mailing every skipped run.
     #[arg(short, long)]
@@ -121,6 +131,10 @@ pub struct StatusArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+
+    /// KEY is a semaphore (as taken by `run --permits`): show how many permits are held.
+    #[arg(long)]
+    pub semaphore: bool,
 
     /// The lock's name.
     pub key: OsString,

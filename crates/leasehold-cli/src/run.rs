@@ -38,14 +38,20 @@ pub fn run(client: &Client, args: &RunArgs) -> Result<u8, Failure> {
             ),
         ));
     }
-    let lease = match client.acquire(key, args.ttl, args.wait) {
+    let taken = match args.permits {
+        Some(permits) => client.acquire_permit(key, permits, args.ttl, args.wait),
+        None if args.shared => client.acquire_shared(key, args.ttl, args.wait),
+        None => client.acquire(key, args.ttl, args.wait),
+    };
+    let lease = match taken {
         Ok(lease) => lease,
         Err(Error::NotAcquired(_)) if args.quiet => return Ok(exit::NOT_ACQUIRED),
         Err(e) => return Err(e.into()),
     };
     if args.verbose {
         eprintln!(
-            "leasehold: acquired \"{shown}\" (fence {}, ttl {})",
+            "leasehold: acquired \"{shown}\" ({}, fence {}, ttl {})",
+            lease.kind(),
             lease.fence(),
             humantime::format_duration(args.ttl)
         );

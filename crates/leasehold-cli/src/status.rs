@@ -14,13 +14,26 @@ struct Report<'a> {
     remaining_ms: Option<u64>,
     /// The last fence handed out for the key, if the backend can tell.
     fence: Option<u64>,
+    /// `lock` or `semaphore`.
+    kind: &'a str,
+    /// How many leases hold it (shared holders, permits; 1 for an exclusive holder), if the backend
+    /// can tell.
+    holders: Option<u32>,
+    /// Whether the holders are shared (read) leases, if the backend can tell.
+    shared: Option<bool>,
     backend: &'a str,
     url: &'a str,
+    /// Where the backend's data lives (which master, how many replicas acknowledged), if it can tell.
+    topology: Option<String>,
 }
 
 pub fn status(client: &Client, described_url: &str, args: &StatusArgs) -> Result<u8, Failure> {
     let key = String::from_utf8_lossy(args.key.as_bytes()).into_owned();
-    let info: KeyInfo = client.inspect(args.key.as_bytes())?;
+    let info: KeyInfo = if args.semaphore {
+        client.inspect_semaphore(args.key.as_bytes())?
+    } else {
+        client.inspect(args.key.as_bytes())?
+    };
     let report = Report {
         key: &key,
         held: info.held,
@@ -29,8 +42,12 @@ pub fn status(client: &Client, described_url: &str, args: &StatusArgs) -> Result
             .filter(|_| info.held)
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         fence: info.fence,
+        kind: if args.semaphore { "semaphore" } else { "lock" },
+        holders: info.holders.filter(|_| info.held),
+        shared: info.shared.filter(|_| info.held),
         backend: client.backend_name(),
         url: described_url,
+        topology: client.topology(),
     };
     if args.json {
         let text = serde_json::to_string(&report)
@@ -43,7 +60,16 @@ pub fn status(client: &Client, described_url: &str, args: &StatusArgs) -> Result
 }
 
 fn text(r: &Report<'_>) -> String {
-    let state = if r.held { "held" } else { "free" };
+    let state = match (r.held, r.kind, r.holders, r.shared) {
+        (false, _, _, _) => "free".to_owned(),
+        (true, "semaphore", Some(n), _) => {
+            format!("{n} permit{} held", if n == 1 { "" } else { "s" })
+        }
+        (true, _, Some(n), Some(true)) => {
+            format!("held by {n} reader{}", if n == 1 { "" } else { "s" })
+        }
+        (true, _, _, _) => "held".to_owned(),
+    };
     let remaining = match (r.held, r.remaining_ms) {
         (false, _) => "-".to_owned(),
         (true, Some(ms)) => {
@@ -55,10 +81,14 @@ fn text(r: &Report<'_>) -> String {
         Some(f) => f.to_string(),
         None => "unknown (never taken, or the backend cannot tell)".to_owned(),
     };
-    format!(
+    let mut out = format!(
         "key:        {}\nstate:      {state}\nremaining:  {remaining}\nlast fence: {fence}\nbackend:    {} ({})\n",
         r.key, r.backend, r.url
-    )
+    );
+    if let Some(t) = &r.topology {
+        out.push_str(&format!("topology:   {t}\n"));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -72,8 +102,12 @@ mod tests {
             held: true,
             remaining_ms: Some(1500),
             fence: Some(7),
+            kind: "lock",
+            holders: Some(1),
+            shared: Some(false),
             backend: "local",
             url: "file:///tmp/x",
+            topology: None,
         };
         let t = text(&r);
         assert!(t.contains("state:      held"), "{t}");

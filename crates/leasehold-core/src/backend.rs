@@ -1,8 +1,10 @@
 //! The contract every backend implements.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::key::Key;
-use crate::lease::RawLease;
+use crate::kind::LeaseKind;
+use crate::raw_lease::RawLease;
+use crate::token::Token;
 use crate::ttl::Ttl;
 use std::fmt;
 use std::time::Duration;
@@ -23,7 +25,7 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
     /// jittered exponential backoff ([`crate::wait::poll_acquire`]); backends with a native way to wait
     /// override it.
     fn acquire(&self, key: &Key, ttl: Ttl, wait: Duration) -> Result<RawLease> {
-        crate::wait::poll_acquire(self, key, ttl, wait)
+        crate::backoff::poll(wait, || self.try_acquire(key, ttl))
     }
 
     /// Compare-and-delete: removes the key only while it still holds this lease's token; `Lost`
@@ -35,6 +37,63 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
 
     /// What the backend can tell about a key without taking it.
     fn inspect(&self, key: &Key) -> Result<KeyInfo>;
+
+    /// One attempt at a lease of any kind ([`LeaseKind`]): exclusive goes to
+    /// [`LockBackend::try_acquire`]; a backend that offers shared locks or semaphores overrides this
+    /// for those kinds and marks the lease with [`RawLease::with_kind`]. `release` and `extend` see
+    /// the kind in the lease.
+    fn try_acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl) -> Result<RawLease> {
+        match kind {
+            LeaseKind::Exclusive => self.try_acquire(key, ttl),
+            other => Err(unsupported(self.name(), other)),
+        }
+    }
+
+    /// Waits up to `wait` for a lease of any kind. The default polls
+    /// [`LockBackend::try_acquire_as`] ([`crate::wait::poll_acquire_as`]).
+    fn acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl, wait: Duration) -> Result<RawLease> {
+        match kind {
+            LeaseKind::Exclusive => self.acquire(key, ttl, wait),
+            other => crate::backoff::poll(wait, || self.try_acquire_as(key, other, ttl)),
+        }
+    }
+
+    /// Where the backend's data lives now, for operators (`leasehold status`): for example which master
+    /// a Sentinel names and how many replicas acknowledged the last write. Never a password.
+    fn topology(&self) -> Option<String> {
+        None
+    }
+
+    /// What the backend can tell about a key as a lock (`Exclusive` or `Shared`: one namespace) or
+    /// as a semaphore (`Permit`).
+    fn inspect_as(&self, key: &Key, kind: LeaseKind) -> Result<KeyInfo> {
+        match kind {
+            LeaseKind::Permit(_) => Err(unsupported(self.name(), kind)),
+            _ => self.inspect(key),
+        }
+    }
+
+    /// Picks up a lease taken elsewhere (another process, a queued job) by its key and token: one
+    /// round trip confirms the token still holds the key and reads its fence and time left
+    /// ([`RawLease::restored`]). `Lost` when it does not. A backend whose locks belong to a
+    /// connection (PostgreSQL advisory) cannot, and says so with `InvalidArgument`.
+    fn restore(&self, key: &Key, token: Token) -> Result<RawLease> {
+        let _ = (key, token);
+        Err(Error::invalid(format!(
+            "the {} backend cannot restore a lease taken elsewhere",
+            self.name()
+        )))
+    }
+
+    /// The operator's escape hatch: frees the key whoever holds it. `Ok(true)` if a holder was
+    /// removed, `Ok(false)` if the key was free. Fences keep rising across it.
+    fn force_release(&self, key: &Key) -> Result<bool> {
+        let _ = key;
+        Err(Error::invalid(format!(
+            "the {} backend cannot force a release",
+            self.name()
+        )))
+    }
 }
 
 /// The state of a key as a backend sees it. Fields a backend cannot know are `None`.
@@ -47,6 +106,11 @@ pub struct KeyInfo {
     pub remaining: Option<Duration>,
     /// The last fence handed out for this key.
     pub fence: Option<u64>,
+    /// How many leases hold it now (shared holders or permits; 1 for an exclusive holder), where
+    /// the backend can tell.
+    pub holders: Option<u32>,
+    /// Whether the holders are shared (read) leases, where the backend can tell.
+    pub shared: Option<bool>,
 }
 
 impl KeyInfo {
@@ -55,6 +119,23 @@ impl KeyInfo {
             held,
             remaining,
             fence,
+            holders: None,
+            shared: None,
         }
     }
+
+    /// Adds how many leases hold the key and whether they are shared.
+    pub fn with_holders(mut self, holders: u32, shared: bool) -> Self {
+        self.holders = Some(holders);
+        self.shared = Some(shared);
+        self
+    }
+}
+
+/// The error of a backend that does not offer a kind of lease.
+pub(crate) fn unsupported(backend: &str, kind: LeaseKind) -> Error {
+    Error::invalid(format!(
+        "the {backend} backend does not offer {} leases",
+        kind.name()
+    ))
 }

@@ -3,8 +3,11 @@
 use crate::backend::{KeyInfo, LockBackend};
 use crate::error::{Error, Result};
 use crate::key::Key;
+use crate::kind::{LeaseKind, Permits, MAX_PERMITS};
 use crate::lease::Lease;
+use crate::raw_lease::RawLease;
 use crate::stats::{self, Event, Stats, StatsSnapshot};
+use crate::token::Token;
 use crate::ttl::{check_wait, Ttl};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -49,25 +52,73 @@ impl Client {
 
     /// One attempt; `NotAcquired` if someone else holds the key.
     pub fn try_acquire(&self, key: impl AsRef<[u8]>, ttl: Duration) -> Result<Lease> {
-        self.acquire_inner(key.as_ref(), ttl, Duration::ZERO)
+        self.acquire_inner(key.as_ref(), Ok(LeaseKind::Exclusive), ttl, Duration::ZERO)
     }
 
     /// Waits up to `wait` for the key; `NotAcquired` when the wait runs out. Returns no later than
     /// `wait` plus one I/O timeout.
     pub fn acquire(&self, key: impl AsRef<[u8]>, ttl: Duration, wait: Duration) -> Result<Lease> {
-        self.acquire_inner(key.as_ref(), ttl, wait)
+        self.acquire_inner(key.as_ref(), Ok(LeaseKind::Exclusive), ttl, wait)
     }
 
-    fn acquire_inner(&self, key: &[u8], ttl: Duration, wait: Duration) -> Result<Lease> {
-        let checked = (|| Ok((Key::new(key)?, Ttl::new(ttl)?, check_wait(wait)?)))();
-        let (key, ttl, wait) = checked.inspect_err(|e: &Error| self.stats.error(e.kind()))?;
+    /// One attempt at a shared (read) lease: granted while no exclusive lease holds the key and no
+    /// exclusive request waits for it; any number of shared leases may hold it at once.
+    pub fn try_acquire_shared(&self, key: impl AsRef<[u8]>, ttl: Duration) -> Result<Lease> {
+        self.acquire_inner(key.as_ref(), Ok(LeaseKind::Shared), ttl, Duration::ZERO)
+    }
+
+    /// Waits up to `wait` for a shared lease.
+    pub fn acquire_shared(
+        &self,
+        key: impl AsRef<[u8]>,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Lease> {
+        self.acquire_inner(key.as_ref(), Ok(LeaseKind::Shared), ttl, wait)
+    }
+
+    /// One attempt at one of `permits` (1 to 65535) permits of the semaphore `key`: granted while
+    /// fewer than `permits` leases hold it. Each permit is a lease of its own. Everyone using one
+    /// semaphore should give the same `permits`; each request is judged by its own.
+    pub fn try_acquire_permit(
+        &self,
+        key: impl AsRef<[u8]>,
+        permits: u32,
+        ttl: Duration,
+    ) -> Result<Lease> {
+        let kind = Permits::new(permits).map(LeaseKind::Permit);
+        self.acquire_inner(key.as_ref(), kind, ttl, Duration::ZERO)
+    }
+
+    /// Waits up to `wait` for a permit of the semaphore `key` (first come, first served).
+    pub fn acquire_permit(
+        &self,
+        key: impl AsRef<[u8]>,
+        permits: u32,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Lease> {
+        let kind = Permits::new(permits).map(LeaseKind::Permit);
+        self.acquire_inner(key.as_ref(), kind, ttl, wait)
+    }
+
+    fn acquire_inner(
+        &self,
+        key: &[u8],
+        kind: Result<LeaseKind>,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Lease> {
+        let checked = (|| Ok((Key::new(key)?, kind?, Ttl::new(ttl)?, check_wait(wait)?)))();
+        let (key, kind, ttl, wait) = checked.inspect_err(|e: &Error| self.stats.error(e.kind()))?;
         self.stats.count(Event::AcquireAttempt);
         let retries_before = stats::retries_so_far();
         let start = Instant::now();
-        let result = if wait.is_zero() {
-            self.backend.try_acquire(&key, ttl)
-        } else {
-            self.backend.acquire(&key, ttl, wait)
+        let result = match (kind, wait.is_zero()) {
+            (LeaseKind::Exclusive, true) => self.backend.try_acquire(&key, ttl),
+            (LeaseKind::Exclusive, false) => self.backend.acquire(&key, ttl, wait),
+            (kind, true) => self.backend.try_acquire_as(&key, kind, ttl),
+            (kind, false) => self.backend.acquire_as(&key, kind, ttl, wait),
         };
         let elapsed = start.elapsed();
         self.stats
@@ -79,14 +130,15 @@ impl Client {
         match result {
             Ok(raw) => {
                 self.stats.count(Event::Acquired);
+                match raw.kind() {
+                    LeaseKind::Shared => self.stats.count(Event::AcquiredShared),
+                    LeaseKind::Permit(_) => self.stats.count(Event::AcquiredPermit),
+                    _ => {}
+                }
                 tracing::debug!(target: "leasehold", event = "acquired", backend = self.backend.name(),
-                    key = %key, fence = raw.fence(), waited_us = elapsed.as_micros() as u64);
-                Ok(Lease::new(
-                    self.backend.clone(),
-                    self.stats.clone(),
-                    raw,
-                    ttl,
-                ))
+                    key = %key, kind = raw.kind().name(), fence = raw.fence(),
+                    waited_us = elapsed.as_micros() as u64);
+                Ok(self.guard(raw, ttl))
             }
             Err(e) => {
                 match &e {
@@ -103,9 +155,81 @@ impl Client {
         }
     }
 
+    /// The guard over a lease this client's backend granted (or restored).
+    fn guard(&self, raw: RawLease, ttl: Ttl) -> Lease {
+        Lease::new(self.backend.clone(), self.stats.clone(), raw, ttl)
+    }
+
+    /// Picks up a lease taken elsewhere (another process, a queued job that releases what its
+    /// dispatcher took) by its key and its token (32 lowercase hex characters, [`Lease::token`]).
+    /// One round trip confirms the token still holds the key. `Lost` when it does not;
+    /// `InvalidArgument` for a malformed token and on PostgreSQL advisory (a session owns the lock:
+    /// use `lock=table`). The restored lease releases on drop like any other; its TTL for
+    /// [`Lease::extend`]-less keep-alive is what was left of the original.
+    pub fn restore(&self, key: impl AsRef<[u8]>, token: &str) -> Result<Lease> {
+        let checked = (|| {
+            let key = Key::new(key.as_ref())?;
+            let token = Token::parse(token.as_bytes()).ok_or_else(|| {
+                Error::invalid("a lease token is 32 lowercase hexadecimal characters")
+            })?;
+            Ok((key, token))
+        })();
+        let (key, token) = checked.inspect_err(|e: &Error| self.stats.error(e.kind()))?;
+        let start = Instant::now();
+        let result = self.backend.restore(&key, token);
+        self.stats.round_trip(start.elapsed());
+        match result {
+            Ok(raw) => {
+                self.stats.count(Event::Restored);
+                tracing::debug!(target: "leasehold", event = "restored", backend = self.backend.name(),
+                    key = %key, fence = raw.fence());
+                let ttl = Ttl::new(raw.remaining()).unwrap_or(Ttl::MIN);
+                Ok(self.guard(raw, ttl))
+            }
+            Err(e) => {
+                if !matches!(e, Error::Lost(_)) {
+                    self.stats.error(e.kind());
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Frees `key` whoever holds it: for operators clearing a lock whose holder is known dead.
+    /// Returns whether a holder was removed. The holder's next release or extend gives `Lost`.
+    /// Counted (`force_released`) and logged as a warning.
+    pub fn force_release(&self, key: impl AsRef<[u8]>) -> Result<bool> {
+        let key = Key::new(key.as_ref()).inspect_err(|e| self.stats.error(e.kind()))?;
+        let result = self.backend.force_release(&key);
+        match &result {
+            Ok(removed) => {
+                self.stats.count(Event::ForceReleased);
+                tracing::warn!(target: "leasehold", event = "force_released",
+                    backend = self.backend.name(), key = %key, removed = *removed,
+                    "lock force-released");
+            }
+            Err(e) => self.stats.error(e.kind()),
+        }
+        result
+    }
+
+    /// What the backend can tell about a semaphore key: how many permits are held, the longest time
+    /// left among them, the last fence.
+    pub fn inspect_semaphore(&self, key: impl AsRef<[u8]>) -> Result<KeyInfo> {
+        // Inspecting needs no semaphore size; any valid one stands in.
+        let permits = Permits::new(MAX_PERMITS)?;
+        self.backend
+            .inspect_as(&Key::new(key)?, LeaseKind::Permit(permits))
+    }
+
     /// What the backend can tell about a key: held or free, time left, last fence.
     pub fn inspect(&self, key: impl AsRef<[u8]>) -> Result<KeyInfo> {
         self.backend.inspect(&Key::new(key)?)
+    }
+
+    /// Where the backend's data lives now (which master, replicas acknowledged), if it can tell.
+    pub fn topology(&self) -> Option<String> {
+        self.backend.topology()
     }
 
     pub fn backend_name(&self) -> &'static str {

@@ -5,15 +5,21 @@
 //! Timing checks use generous bounds: they prove behaviour on a loaded 2-core CI machine, they are not
 //! benchmarks.
 
+mod kinds;
+mod restore;
+
+pub use kinds::{run_semaphore, run_shared, semaphore_limit};
+pub use restore::{run_force_release, run_restore, run_restore_refused};
+
 use crate::{Client, Error, ErrorKind, Lease, MAX_KEY_LEN};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const LONG: Duration = Duration::from_secs(30);
+pub(crate) const LONG: Duration = Duration::from_secs(30);
 
 /// One named check; it gets two clients on the same backend.
-type Check = (&'static str, fn(&Client, &Client));
+pub(crate) type Check = (&'static str, fn(&Client, &Client));
 
 /// Runs every check. `new_client` must return a fresh client on the same backend each call (two
 /// clients stand for two processes).
@@ -58,13 +64,17 @@ pub fn run(new_client: &dyn Fn() -> Client) {
         ),
         ("stats_count_what_happens", stats_count_what_happens),
     ];
+    run_checks(&a, &b, checks);
+}
+
+pub(crate) fn run_checks(a: &Client, b: &Client, checks: &[Check]) {
     for (name, check) in checks {
         eprintln!("conformance[{}]: {name}", a.backend_name());
-        check(&a, &b);
+        check(a, b);
     }
 }
 
-fn key(label: &str) -> Vec<u8> {
+pub(crate) fn key(label: &str) -> Vec<u8> {
     use std::sync::atomic::AtomicU64;
     static N: AtomicU64 = AtomicU64::new(0);
     let mut random = [0u8; 8];
@@ -77,7 +87,7 @@ fn key(label: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-fn kind<T: std::fmt::Debug>(r: Result<T, Error>) -> ErrorKind {
+pub(crate) fn kind<T: std::fmt::Debug>(r: Result<T, Error>) -> ErrorKind {
     match r {
         Ok(v) => panic!("expected an error, got Ok({v:?})"),
         Err(e) => e.kind(),

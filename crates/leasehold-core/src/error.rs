@@ -102,7 +102,7 @@ impl Error {
 
     /// The same error with every given secret masked in its message: a second line of defence for
     /// layers that pass on errors built elsewhere (driver texts may echo a connection string).
-    pub fn redacted(self, secrets: &[&str]) -> Self {
+    pub fn redacted<S: AsRef<str>>(self, secrets: &[S]) -> Self {
         // Always through `redact`: it also masks the percent-encoded form of each secret.
         let message = crate::secret::redact(self.message(), secrets);
         match self {
@@ -116,7 +116,7 @@ impl Error {
 
     /// An `Unavailable` error whose text has every given secret masked. Backends build their I/O errors
     /// through this, because driver messages may echo a connection string.
-    pub fn unavailable(msg: impl fmt::Display, secrets: &[&str]) -> Self {
+    pub fn unavailable<S: AsRef<str>>(msg: impl fmt::Display, secrets: &[S]) -> Self {
         Error::Unavailable(crate::secret::redact(&msg.to_string(), secrets))
     }
 }

@@ -3,17 +3,21 @@
 //!
 //! The thread only ever holds a `Weak` to a lease, so dropping or freeing the lease stops its renewal;
 //! releasing it stops it too. After `fork()` the child has no renewal thread and a registry whose lock
-//! a vanished thread may hold, so each process (by pid) gets a registry of its own and the inherited one
-//! is left untouched on purpose.
+//! a vanished thread may hold, so each process gets a registry of its own
+//! ([`crate::fork::PerProcess`]) and the inherited one is left untouched on purpose.
 
-use crate::lease::LeaseCell;
-use std::ptr;
-use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+/// What the renewal thread renews: a lease, seen only through this (the lease module depends on the
+/// registry, never the other way).
+pub(crate) trait Renew: Send + Sync {
+    /// One renewal attempt, and when to make the next.
+    fn renew(&self) -> Next;
+}
+
 pub(crate) struct Entry {
-    pub(crate) lease: Weak<LeaseCell>,
+    pub(crate) lease: Weak<dyn Renew>,
     pub(crate) due: Instant,
 }
 
@@ -24,48 +28,27 @@ pub(crate) enum Next {
 }
 
 pub(crate) struct Registry {
-    pid: u32,
     entries: Mutex<Vec<Entry>>,
     wake: Condvar,
 }
 
-static CURRENT: AtomicPtr<Registry> = AtomicPtr::new(ptr::null_mut());
+static CURRENT: crate::fork::PerProcess<Registry> = crate::fork::PerProcess::new();
 
 /// The registry of this process, starting its thread on first use.
 pub(crate) fn registry() -> &'static Registry {
-    let pid = std::process::id();
-    loop {
-        let current = CURRENT.load(Ordering::Acquire);
-        // SAFETY: registries are leaked, never freed, so a non-null pointer stays valid forever.
-        if let Some(reg) = unsafe { current.as_ref() } {
-            if reg.pid == pid {
-                return reg;
-            }
-        }
-        let fresh = Box::into_raw(Box::new(Registry {
-            pid,
-            entries: Mutex::new(Vec::new()),
-            wake: Condvar::new(),
-        }));
-        match CURRENT.compare_exchange(current, fresh, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => {
-                // SAFETY: just leaked above; the previous registry (a parent's) is deliberately leaked.
-                let reg: &'static Registry = unsafe { &*fresh };
-                let spawned = std::thread::Builder::new()
-                    .name("leasehold-keepalive".into())
-                    .spawn(move || reg.run());
-                if let Err(e) = spawned {
-                    tracing::error!(error = %e, "cannot start the keep-alive thread; leases will not be renewed");
-                }
-                return reg;
-            }
-            Err(_) => {
-                // Another thread installed one first; ours was never shared.
-                // SAFETY: `fresh` came from Box::into_raw above and nobody else saw it.
-                drop(unsafe { Box::from_raw(fresh) });
-            }
+    let (reg, made) = CURRENT.get(|| Registry {
+        entries: Mutex::new(Vec::new()),
+        wake: Condvar::new(),
+    });
+    if made {
+        let spawned = std::thread::Builder::new()
+            .name("leasehold-keepalive".into())
+            .spawn(move || reg.run());
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "cannot start the keep-alive thread; leases will not be renewed");
         }
     }
+    reg
 }
 
 impl Registry {

@@ -1,140 +1,46 @@
-//! Leases: the raw record a backend works on, and the guard users hold.
+//! The lease guard users hold, over the [`RawLease`] its backend works on.
 
 use crate::backend::LockBackend;
+use crate::clock::BootTime;
 use crate::error::{Error, Result};
-use crate::keepalive::{self, Entry, Next};
+use crate::fork;
+use crate::keepalive::{self, Entry, Next, Renew};
 use crate::key::Key;
+use crate::kind::LeaseKind;
+use crate::raw_lease::RawLease;
 use crate::stats::{Event, Stats};
 use crate::token::Token;
 use crate::ttl::Ttl;
-use std::any::Any;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
-/// What a backend hands out on acquisition and later works on for release and extend: key, token, fence,
-/// the conservative local deadline, and any state the backend keeps per lease (such as a held session).
-pub struct RawLease {
-    key: Key,
-    token: Token,
-    fence: u64,
-    deadline: Instant,
-    /// Backend-specific state, for example the database session that holds an advisory lock.
-    pub state: Option<Box<dyn Any + Send>>,
-}
-
-impl RawLease {
-    /// A lease granted for `ttl` by a request that was sent at `sent`.
-    pub fn new(key: Key, token: Token, fence: u64, ttl: Ttl, sent: Instant) -> Self {
-        RawLease {
-            key,
-            token,
-            fence,
-            deadline: ttl.deadline_from(sent),
-            state: None,
-        }
-    }
-
-    pub fn with_state(mut self, state: impl Any + Send) -> Self {
-        self.state = Some(Box::new(state));
-        self
-    }
-
-    pub fn key(&self) -> &Key {
-        &self.key
-    }
-
-    pub fn token(&self) -> Token {
-        self.token
-    }
-
-    pub fn fence(&self) -> u64 {
-        self.fence
-    }
-
-    pub fn deadline(&self) -> Instant {
-        self.deadline
-    }
-
-    /// Moves the deadline after a successful extend sent at `sent`.
-    pub fn renewed(&mut self, ttl: Ttl, sent: Instant) {
-        self.deadline = ttl.deadline_from(sent);
-    }
-
-    /// Sets the deadline directly, for backends that compute validity themselves (Redlock).
-    pub fn set_deadline(&mut self, deadline: Instant) {
-        self.deadline = deadline;
-    }
-
-    /// Marks the lease as expired now (it was found lost).
-    pub fn expire(&mut self) {
-        self.deadline = self.deadline.min(Instant::now());
-    }
-
-    /// Time left, conservatively; zero once expired.
-    pub fn remaining(&self) -> Duration {
-        self.deadline.saturating_duration_since(Instant::now())
-    }
-
-    pub fn state_mut<T: 'static>(&mut self) -> Option<&mut T> {
-        self.state.as_mut()?.downcast_mut()
-    }
-
-    pub fn take_state<T: 'static>(&mut self) -> Option<T> {
-        let boxed = self.state.take()?;
-        match boxed.downcast::<T>() {
-            Ok(t) => Some(*t),
-            Err(other) => {
-                self.state = Some(other);
-                None
-            }
-        }
-    }
-}
-
-impl fmt::Debug for RawLease {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RawLease")
-            .field("key", &self.key)
-            .field("fence", &self.fence)
-            .field("remaining", &self.remaining())
-            .finish_non_exhaustive()
-    }
-}
-
 /// A deadline readable without the lease's lock, so `remaining()` never waits behind a renewal that
-/// is talking to the backend. Stored as nanoseconds after a process-wide base instant; 0 = expired.
+/// is talking to the backend. Stored as nanoseconds on the boot clock; 0 = expired.
 struct PublishedDeadline(AtomicU64);
 
-fn base() -> Instant {
-    static BASE: OnceLock<Instant> = OnceLock::new();
-    *BASE.get_or_init(|| Instant::now() - Duration::from_secs(1))
-}
-
 impl PublishedDeadline {
-    fn set(&self, deadline: Option<Instant>) {
-        let nanos = deadline.map_or(0, |d| {
-            u64::try_from(d.saturating_duration_since(base()).as_nanos()).unwrap_or(u64::MAX)
-        });
-        self.0.store(nanos, Ordering::Release);
+    fn set(&self, deadline: Option<BootTime>) {
+        self.0
+            .store(deadline.map_or(0, BootTime::as_nanos), Ordering::Release);
     }
 
     fn remaining(&self) -> Duration {
-        let nanos = self.0.load(Ordering::Acquire);
-        let deadline = base()
-            .checked_add(Duration::from_nanos(nanos))
-            .unwrap_or_else(base);
-        deadline.saturating_duration_since(Instant::now())
+        BootTime::from_nanos(self.0.load(Ordering::Acquire)).remaining()
     }
 }
 
 pub(crate) struct LeaseCell {
+    /// The process that acquired the lease; only it may release, extend or renew it (see
+    /// [`Lease::check_owner`]).
+    pid: u32,
     backend: Arc<dyn LockBackend>,
     stats: Arc<Stats>,
     key: Key,
     token: Token,
     fence: u64,
+    kind: LeaseKind,
     acquired_at: Instant,
     deadline: PublishedDeadline,
     state: Mutex<LeaseState>,
@@ -161,7 +67,7 @@ impl LeaseCell {
 
     fn publish(&self, state: &LeaseState) {
         self.deadline
-            .set((!state.released).then(|| state.raw.deadline()));
+            .set((!state.released).then(|| state.raw.boot_deadline()));
     }
 
     /// Counts a lost lease once, and whether it was lost because its time ran out while held.
@@ -200,14 +106,22 @@ impl LeaseCell {
                 self.note_lost(state, what);
                 state.raw.expire();
             }
-            Err(e) => self.note_error(e, what),
+            Err(e) => {
+                self.note_error(e, what);
+                // The extend may have reached the backend before it failed (a reply lost, a call
+                // that timed out): the lease may now end `ttl` after it was sent, possibly sooner
+                // than before. Believe the earlier of the two.
+                state.raw.shorten_to(ttl, start);
+            }
         }
         self.publish(state);
         result
     }
+}
 
+impl Renew for LeaseCell {
     /// One keep-alive renewal, run by the shared thread.
-    pub(crate) fn renew(&self) -> Next {
+    fn renew(&self) -> Next {
         let mut state = self.lock();
         if state.released || !state.keep_alive {
             state.renewing = false;
@@ -254,11 +168,13 @@ impl Lease {
         ttl: Ttl,
     ) -> Self {
         let cell = LeaseCell {
+            pid: fork::pid(),
             backend,
             stats,
             key: raw.key().clone(),
             token: raw.token(),
             fence: raw.fence(),
+            kind: raw.kind(),
             acquired_at: Instant::now(),
             deadline: PublishedDeadline(AtomicU64::new(0)),
             state: Mutex::new(LeaseState {
@@ -290,6 +206,11 @@ impl Lease {
         self.cell.fence
     }
 
+    /// Exclusive, shared, or a semaphore permit.
+    pub fn kind(&self) -> LeaseKind {
+        self.cell.kind
+    }
+
     /// Time left on the monotonic clock minus the drift allowance; zero once expired, lost or
     /// released. Makes no network call and never waits.
     pub fn remaining(&self) -> Duration {
@@ -303,12 +224,16 @@ impl Lease {
 
     /// True once release was called successfully (or found the lease lost).
     pub fn is_released(&self) -> bool {
+        if self.is_inherited() {
+            return true;
+        }
         self.cell.lock().released
     }
 
     /// Makes the lease end `ttl` from now. Owner only: `Lost` if the key is not ours any more.
     pub fn extend(&mut self, ttl: Duration) -> Result<()> {
         let ttl = Ttl::new(ttl).inspect_err(|e| self.cell.stats.error(e.kind()))?;
+        self.check_owner()?;
         let mut state = self.cell.lock();
         if state.released {
             return Err(Error::invalid("lease already released"));
@@ -327,6 +252,7 @@ impl Lease {
     /// [`Lease::remaining`] to zero and leaves the error in [`Lease::keep_alive_error`] (and a
     /// `tracing` warning); the next release or extend then gives `Lost`.
     pub fn keep_alive(&self, enabled: bool) -> Result<()> {
+        self.check_owner()?;
         let mut state = self.cell.lock();
         if state.released {
             return Err(Error::invalid("lease already released"));
@@ -336,7 +262,7 @@ impl Lease {
             state.renewing = true;
             let due = Instant::now() + state.ttl.as_duration() / 3;
             keepalive::registry().add(Entry {
-                lease: Arc::downgrade(&self.cell),
+                lease: Arc::downgrade(&self.cell) as Weak<dyn Renew>,
                 due,
             });
         }
@@ -345,25 +271,40 @@ impl Lease {
 
     /// Whether background renewal is on.
     pub fn keeps_alive(&self) -> bool {
-        self.cell.lock().keep_alive
+        !self.is_inherited() && self.cell.lock().keep_alive
     }
 
     /// The last renewal failure, if the most recent renewal failed. Never silent: also counted in the
     /// client's stats and logged through `tracing`.
     pub fn keep_alive_error(&self) -> Option<Error> {
+        if self.is_inherited() {
+            return None;
+        }
         self.cell.lock().keep_alive_error.clone()
     }
 
     /// Releases the key if it still holds this lease's token. `Lost` if it does not (the current
     /// holder keeps it).
+    ///
+    /// The handle is gone afterwards, also when the backend could not be reached (`Unavailable`): no
+    /// second attempt is made on drop, so the call stays within its bound; the key then runs out at its
+    /// TTL. Use [`Lease::release_in_place`] to keep the handle and retry.
     pub fn release(mut self) -> Result<()> {
-        self.release_in_place()
+        let result = self.release_in_place();
+        if result.is_err() && !self.is_inherited() {
+            let mut state = self.cell.lock();
+            state.released = true;
+            state.keep_alive = false;
+            self.cell.publish(&state);
+        }
+        result
     }
 
     /// Like [`Lease::release`] but keeps the handle, for callers (the C ABI) that free it separately.
     /// A second call gives `InvalidArgument` ("already released"). After `Unavailable` the lease is still
     /// held and the release may be tried again.
     pub fn release_in_place(&mut self) -> Result<()> {
+        self.check_owner()?;
         let cell = &self.cell;
         let mut state = cell.lock();
         if state.released {
@@ -398,6 +339,9 @@ impl Lease {
     /// that must not touch a lease it inherited (a `fork()` child) and for tests that simulate a crash.
     /// Backend state (a connection) is leaked, not closed: it may be shared with another process.
     pub fn forget(self) {
+        if self.is_inherited() {
+            return; // Drop leaves an inherited lease alone.
+        }
         {
             let mut state = self.cell.lock();
             state.released = true;
@@ -410,6 +354,25 @@ impl Lease {
         drop(self);
     }
 
+    /// Whether this lease was acquired by another process (this is a `fork()` child that inherited
+    /// it). Such a lease belongs to the parent: the child can read its key, token and fence, but
+    /// release and extend refuse, and dropping it leaves the parent's lock (and connection) alone.
+    pub fn is_inherited(&self) -> bool {
+        self.cell.pid != fork::pid()
+    }
+
+    /// `Ok` when this process may release, extend or keep the lease alive; otherwise the
+    /// InvalidArgument error those calls give (see [`Lease::is_inherited`]).
+    pub fn check_owner(&self) -> Result<()> {
+        if self.is_inherited() {
+            return Err(Error::invalid(
+                "lease belongs to another process (it was inherited across fork(); only the \
+                 process that acquired it may release, extend or keep it alive)",
+            ));
+        }
+        Ok(())
+    }
+
     /// The name of the backend that granted this lease (`local`, `redis`, …).
     pub fn backend_name(&self) -> &'static str {
         self.cell.backend.name()
@@ -418,6 +381,13 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
+        if self.is_inherited() {
+            // The parent's lease: releasing would free the parent's lock, and even dropping the
+            // backend state could close the parent's connection. Its lock may also be held forever
+            // by the parent's renewal thread, which did not survive the fork. Keep it all, untouched.
+            fork::keep_forever(self.cell.clone());
+            return;
+        }
         let held = !self.cell.lock().released;
         if held {
             if let Err(e) = self.release_in_place() {

@@ -6,13 +6,20 @@
 //! ordered by a fence that strictly increases per key.
 
 mod backend;
+mod backoff;
 mod client;
+pub mod clock;
 pub mod config;
+pub mod deadline;
 mod error;
+pub mod fork;
 mod keepalive;
 mod key;
+mod kind;
 mod lease;
 pub mod pool;
+mod raw_lease;
+pub mod resolve;
 pub mod secret;
 pub mod stats;
 mod token;
@@ -25,9 +32,12 @@ pub mod conformance;
 pub use backend::{KeyInfo, LockBackend};
 pub use client::Client;
 pub use config::{BackendConfig, Config, PostgresConfig, PostgresLockMode, RedisServer};
+pub use deadline::Deadline;
 pub use error::{Error, ErrorKind, Result};
 pub use key::{Key, MAX_KEY_LEN};
-pub use lease::{Lease, RawLease};
+pub use kind::{LeaseKind, Permits, MAX_PERMITS};
+pub use lease::Lease;
+pub use raw_lease::RawLease;
 pub use secret::Secret;
 pub use stats::{HistogramSnapshot, StatsSnapshot};
 pub use token::Token;

@@ -7,7 +7,19 @@
 //! Leasehold needs — a bounded number of connections, made on demand, a bounded checkout wait,
 //! broken ones dropped on return — with std's futex-based `Mutex` and `Condvar`, so a forked child can
 //! build a fresh pool and use it.
+//!
+//! It is also fork-aware itself: a child must neither use the parent's connections (two processes
+//! would interleave on one socket) nor close them (a PostgreSQL connection sends Terminate on close,
+//! ending the parent's session and its locks). Nor may it take the parent's lock: a thread that did
+//! not survive the fork (a Redlock fan-out worker returning a connection, the keep-alive thread) may
+//! have held it, and the child would wait on it for ever (seen in `tests/fork.rs` under load). So each
+//! process gets a state of its own ([`crate::fork::PerProcess`]); a child leaves the parent's
+//! state, lock and connections untouched.
+//!
+//! Every checkout is bounded by the caller's [`Deadline`]: a connect is started only with time left
+//! and is given only what is left, so a checkout never outlasts the operation that asked for it.
 
+use crate::deadline::Deadline;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -18,11 +30,19 @@ pub trait ManageConnection: Send + Sync + 'static {
     type Connection: Send + 'static;
     type Error: fmt::Display;
 
-    /// Opens a connection; must itself be bounded by a connect timeout.
-    fn connect(&self) -> Result<Self::Connection, Self::Error>;
+    /// Opens a connection within `budget` (the connect timeout, or less when the operation's
+    /// deadline is nearer).
+    fn connect(&self, budget: Duration) -> Result<Self::Connection, Self::Error>;
 
     /// Whether a connection coming back to the pool must be dropped instead of reused.
     fn has_broken(&self, conn: &mut Self::Connection) -> bool;
+
+    /// Whether a connect error will not go away by trying again (a certificate the client refuses,
+    /// a wrong password): the checkout then fails at once with it, instead of retrying until the
+    /// deadline and ending on a starved attempt's timeout that hides the cause.
+    fn is_permanent(&self, _error: &Self::Error) -> bool {
+        false
+    }
 }
 
 /// Why a checkout failed.
@@ -54,16 +74,42 @@ struct State<C> {
     open: usize,
 }
 
-struct Shared<M: ManageConnection> {
-    manager: M,
-    max_size: usize,
-    state: Mutex<State<M::Connection>>,
+/// One process's share of a pool.
+struct Local<C> {
+    state: Mutex<State<C>>,
     returned: Condvar,
 }
 
+impl<C> Local<C> {
+    fn new() -> Local<C> {
+        Local {
+            state: Mutex::new(State {
+                idle: Vec::new(),
+                open: 0,
+            }),
+            returned: Condvar::new(),
+        }
+    }
+}
+
+struct Shared<M: ManageConnection> {
+    manager: M,
+    max_size: usize,
+    local: crate::fork::PerProcess<Local<M::Connection>>,
+}
+
 impl<M: ManageConnection> Shared<M> {
+    /// This process's state, made on its first use here.
+    fn here(&self) -> &Local<M::Connection> {
+        self.local.get(Local::new).0
+    }
+
     fn lock(&self) -> MutexGuard<'_, State<M::Connection>> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.here().state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn returned(&self) -> &Condvar {
+        &self.here().returned
     }
 }
 
@@ -94,11 +140,7 @@ impl<M: ManageConnection> Pool<M> {
         Pool(Arc::new(Shared {
             manager,
             max_size: (max_size as usize).max(1),
-            state: Mutex::new(State {
-                idle: Vec::new(),
-                open: 0,
-            }),
-            returned: Condvar::new(),
+            local: crate::fork::PerProcess::new(),
         }))
     }
 
@@ -115,35 +157,51 @@ impl<M: ManageConnection> Pool<M> {
         self.0.lock().open
     }
 
-    /// An idle connection (most recently returned first), or a new one while fewer than `max_size`
-    /// exist, waiting at most `timeout` for one to come back. A connection that cannot be opened is
-    /// tried again (1 ms, doubling to 100 ms) until `timeout`, so a server restart shorter than that is
-    /// ridden out; the last connect error is returned when it runs out.
+    /// [`Pool::get`] with a deadline `timeout` from now.
     pub fn get_timeout(
         &self,
         timeout: Duration,
     ) -> Result<PooledConnection<M>, PoolError<M::Error>> {
+        self.get(Deadline::after(timeout))
+    }
+
+    /// An idle connection (most recently returned first), or a new one while fewer than `max_size`
+    /// exist, waiting until `deadline` for one to come back. A connection that cannot be opened is
+    /// tried again (1 ms, doubling to 100 ms) while time is left, so a server restart shorter than
+    /// that is ridden out; the last connect error is returned when it runs out, or at once when the
+    /// manager calls it [permanent](ManageConnection::is_permanent). Each connect is
+    /// given only what is left of the deadline.
+    pub fn get(&self, deadline: Deadline) -> Result<PooledConnection<M>, PoolError<M::Error>> {
         let start = Instant::now();
-        let deadline = start.checked_add(timeout).unwrap_or(start);
         let mut pause = Duration::from_millis(1);
+        let mut last_error = None;
+        let pid = crate::fork::pid();
         let mut state = self.0.lock();
         loop {
             if let Some(conn) = state.idle.pop() {
-                return Ok(self.wrap(conn));
+                return Ok(self.wrap(conn, pid));
+            }
+            let left = deadline.remaining();
+            if left.is_zero() {
+                return Err(match last_error {
+                    Some(e) => PoolError::Connect(e),
+                    None => PoolError::Timeout(start.elapsed()),
+                });
             }
             if state.open < self.0.max_size {
                 state.open += 1;
                 drop(state);
-                // Connecting can take up to the connect timeout: never with the lock held.
-                match self.0.manager.connect() {
-                    Ok(conn) => return Ok(self.wrap(conn)),
+                // Connecting can take up to the budget: never with the lock held.
+                match self.0.manager.connect(left) {
+                    Ok(conn) => return Ok(self.wrap(conn, pid)),
                     Err(e) => {
                         self.0.lock().open -= 1;
-                        self.0.returned.notify_one();
-                        let left = deadline.saturating_duration_since(Instant::now());
-                        if left.is_zero() {
+                        self.0.returned().notify_one();
+                        let left = deadline.remaining();
+                        if left.is_zero() || self.0.manager.is_permanent(&e) {
                             return Err(PoolError::Connect(e));
                         }
+                        last_error = Some(e);
                         std::thread::sleep(pause.min(left));
                         pause = (pause * 2).min(Duration::from_millis(100));
                     }
@@ -151,17 +209,20 @@ impl<M: ManageConnection> Pool<M> {
                 state = self.0.lock();
                 continue;
             }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(PoolError::Timeout(timeout));
-            }
             state = self
                 .0
-                .returned
-                .wait_timeout(state, deadline - now)
+                .returned()
+                .wait_timeout(state, left)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
+    }
+
+    /// An idle connection if there is one now: never connects, never waits (a caller that would
+    /// rather hand the call to a thread of its own than block on a connect).
+    pub fn try_idle(&self) -> Option<PooledConnection<M>> {
+        let conn = self.0.lock().idle.pop()?;
+        Some(self.wrap(conn, crate::fork::pid()))
     }
 
     /// Drops every idle connection (after the server was found restarted, say).
@@ -173,13 +234,14 @@ impl<M: ManageConnection> Pool<M> {
             idle
         };
         drop(idle);
-        self.0.returned.notify_all();
+        self.0.returned().notify_all();
     }
 
-    fn wrap(&self, conn: M::Connection) -> PooledConnection<M> {
+    fn wrap(&self, conn: M::Connection, pid: u32) -> PooledConnection<M> {
         PooledConnection {
             pool: self.0.clone(),
             conn: Some(conn),
+            pid,
         }
     }
 }
@@ -189,15 +251,28 @@ impl<M: ManageConnection> Pool<M> {
 pub struct PooledConnection<M: ManageConnection> {
     pool: Arc<Shared<M>>,
     conn: Option<M::Connection>,
+    /// The process that checked it out: in any other (a child after `fork()`) it is left alone.
+    pid: u32,
+}
+
+impl<M: ManageConnection> PooledConnection<M> {
+    /// Whether this connection belongs to another process (it was inherited through `fork()`).
+    pub fn is_inherited(&self) -> bool {
+        self.pid != crate::fork::pid()
+    }
 }
 
 impl<M: ManageConnection> PooledConnection<M> {
     /// Closes the connection instead of returning it to the pool.
     pub fn discard(mut self) {
         if let Some(conn) = self.conn.take() {
+            if self.is_inherited() {
+                crate::fork::keep_forever(conn);
+                return;
+            }
             drop(conn);
             self.pool.lock().open -= 1;
-            self.pool.returned.notify_one();
+            self.pool.returned().notify_one();
         }
     }
 }
@@ -221,6 +296,10 @@ impl<M: ManageConnection> Drop for PooledConnection<M> {
         let Some(mut conn) = self.conn.take() else {
             return;
         };
+        if self.is_inherited() {
+            crate::fork::keep_forever(conn);
+            return;
+        }
         let broken = self.pool.manager.has_broken(&mut conn);
         if broken {
             drop(conn);
@@ -228,7 +307,7 @@ impl<M: ManageConnection> Drop for PooledConnection<M> {
         } else {
             self.pool.lock().idle.push(conn);
         }
-        self.pool.returned.notify_one();
+        self.pool.returned().notify_one();
     }
 }
 
@@ -252,7 +331,7 @@ mod tests {
     impl ManageConnection for Counter {
         type Connection = (usize, bool);
         type Error = String;
-        fn connect(&self) -> Result<(usize, bool), String> {
+        fn connect(&self, _budget: Duration) -> Result<(usize, bool), String> {
             if self.fail.load(Ordering::SeqCst) {
                 return Err("refused".into());
             }
@@ -261,6 +340,43 @@ mod tests {
         fn has_broken(&self, conn: &mut (usize, bool)) -> bool {
             conn.1
         }
+    }
+
+    #[test]
+    fn a_fork_child_never_waits_on_a_lock_the_parent_held() {
+        // A thread of the parent (a Redlock fan-out worker returning a connection, say) holds the
+        // pool's lock at the fork; the child has no such thread, so the lock it inherited would never
+        // be given back. The first version waited on it for ever.
+        let pool = Pool::new(Counter::default(), 2);
+        drop(pool.get_timeout(Duration::from_secs(1)).unwrap());
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let holder = {
+            let pool = pool.clone();
+            std::thread::spawn(move || {
+                let _state = pool.0.lock();
+                held_tx.send(()).unwrap();
+                let _ = done_rx.recv();
+            })
+        };
+        held_rx.recv().unwrap();
+        let status = leasehold_testkit::in_child(Duration::from_secs(5), || {
+            // Its own, empty state: the parent's idle connection is neither reused nor counted.
+            let conn = pool.get_timeout(Duration::from_secs(1));
+            let fresh = matches!(&conn, Ok(c) if !c.is_inherited());
+            drop(conn);
+            fresh && pool.open_connections() == 1 && pool.try_idle().is_some()
+        });
+        done_tx.send(()).unwrap();
+        holder.join().unwrap();
+        assert_eq!(
+            status,
+            Some(0),
+            "the child hung (None) or failed its checks"
+        );
+        // The parent's state is untouched.
+        assert_eq!(pool.open_connections(), 1);
+        assert_eq!(pool.try_idle().map(|c| c.0), Some(0));
     }
 
     #[test]
@@ -291,27 +407,103 @@ mod tests {
     }
 
     #[test]
+    fn try_idle_never_connects() {
+        let pool = Pool::new(Counter::default(), 2);
+        assert!(pool.try_idle().is_none());
+        assert_eq!(pool.manager().made.load(Ordering::SeqCst), 0);
+        drop(pool.get_timeout(Duration::from_millis(10)).unwrap());
+        let idle = pool.try_idle().expect("the returned connection");
+        assert_eq!(idle.0, 0);
+        assert!(pool.try_idle().is_none(), "it is checked out");
+    }
+
+    #[test]
     fn broken_and_failed_connections_free_their_slot() {
         let pool = Pool::new(Counter::default(), 1);
-        let mut a = pool.get_timeout(Duration::ZERO).unwrap();
+        let mut a = pool.get_timeout(Duration::from_millis(20)).unwrap();
         a.1 = true;
         drop(a);
         assert_eq!(pool.open_connections(), 0);
         assert_eq!(
-            pool.get_timeout(Duration::ZERO).unwrap().0,
+            pool.get_timeout(Duration::from_millis(20)).unwrap().0,
             1,
             "a new one replaced it"
         );
         pool.manager().fail.store(true, Ordering::SeqCst);
         pool.clear_idle();
         assert!(matches!(
-            pool.get_timeout(Duration::ZERO),
+            pool.get_timeout(Duration::from_millis(20)),
             Err(PoolError::Connect(_))
         ));
         assert_eq!(pool.open_connections(), 0);
         pool.manager().fail.store(false, Ordering::SeqCst);
-        let c = pool.get_timeout(Duration::ZERO).unwrap();
+        let c = pool.get_timeout(Duration::from_millis(20)).unwrap();
         c.discard();
         assert_eq!(pool.open_connections(), 0);
+    }
+
+    /// A server that accepts but never answers: each connect uses its whole budget and fails.
+    struct Silent;
+
+    impl ManageConnection for Silent {
+        type Connection = ();
+        type Error = String;
+        fn connect(&self, budget: Duration) -> Result<(), String> {
+            std::thread::sleep(budget.min(Duration::from_millis(400)));
+            Err("timed out".into())
+        }
+        fn has_broken(&self, _: &mut ()) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn a_checkout_never_outlasts_its_deadline() {
+        // The first version gave every connect a full connect timeout, so a checkout that began a
+        // connect just before its deadline ran a whole timeout past it.
+        let pool = Pool::new(Silent, 4);
+        let start = Instant::now();
+        let result = pool.get(Deadline::after(Duration::from_millis(120)));
+        let took = start.elapsed();
+        assert!(matches!(result, Err(PoolError::Connect(_))));
+        // The old code ran to 120 + 400 ms; the margin below that is scheduling on a loaded machine.
+        assert!(
+            took < Duration::from_millis(400),
+            "checkout took {took:?} for a 120 ms deadline"
+        );
+        assert_eq!(pool.open_connections(), 0);
+    }
+
+    /// Refuses for good: the client does not trust the server's certificate, say.
+    #[derive(Default)]
+    struct Untrusted {
+        tries: AtomicUsize,
+    }
+
+    impl ManageConnection for Untrusted {
+        type Connection = ();
+        type Error = String;
+        fn connect(&self, _budget: Duration) -> Result<(), String> {
+            self.tries.fetch_add(1, Ordering::SeqCst);
+            Err("unknown issuer".into())
+        }
+        fn has_broken(&self, _: &mut ()) -> bool {
+            false
+        }
+        fn is_permanent(&self, _: &String) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn a_permanent_connect_error_is_returned_at_once() {
+        // Retried until the deadline, the last try got a starved budget and reported a timeout of
+        // 0 ms instead of the certificate error (seen in CI).
+        let pool = Pool::new(Untrusted::default(), 2);
+        let start = Instant::now();
+        let result = pool.get_timeout(Duration::from_secs(2));
+        assert!(matches!(result, Err(PoolError::Connect(ref e)) if e == "unknown issuer"));
+        assert_eq!(pool.manager().tries.load(Ordering::SeqCst), 1);
+        assert!(start.elapsed() < Duration::from_millis(500));
     }
 }

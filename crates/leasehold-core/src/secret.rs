@@ -31,9 +31,9 @@ impl fmt::Display for Secret {
 
 /// Masks every occurrence of each non-empty secret in `text`, also in its percent-encoded form, since
 /// drivers sometimes echo the URL they were given.
-pub fn redact(text: &str, secrets: &[&str]) -> String {
+pub fn redact<S: AsRef<str>>(text: &str, secrets: &[S]) -> String {
     let mut out = text.to_owned();
-    for secret in secrets.iter().filter(|s| !s.is_empty()) {
+    for secret in secrets.iter().map(AsRef::as_ref).filter(|s| !s.is_empty()) {
         out = out.replace(secret, "***");
         let encoded =
             percent_encoding::utf8_percent_encode(secret, percent_encoding::NON_ALPHANUMERIC)

@@ -4,7 +4,7 @@
 
 use crate::error::ErrorKind;
 use std::cell::Cell;
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
@@ -62,6 +62,8 @@ pub struct Stats {
     enabled: bool,
     acquire_attempts: AtomicU64,
     acquired: AtomicU64,
+    acquired_shared: AtomicU64,
+    acquired_permit: AtomicU64,
     not_acquired: AtomicU64,
     releases_ok: AtomicU64,
     releases_lost: AtomicU64,
@@ -70,6 +72,8 @@ pub struct Stats {
     expired: AtomicU64,
     keepalive_renewals: AtomicU64,
     keepalive_failures: AtomicU64,
+    restored: AtomicU64,
+    force_released: AtomicU64,
     retries: AtomicU64,
     errors: [AtomicU64; ErrorKind::ALL.len()],
     wait: Histogram,
@@ -82,6 +86,8 @@ pub struct Stats {
 pub(crate) enum Event {
     AcquireAttempt,
     Acquired,
+    AcquiredShared,
+    AcquiredPermit,
     NotAcquired,
     ReleaseOk,
     ReleaseLost,
@@ -90,6 +96,8 @@ pub(crate) enum Event {
     Expired,
     KeepAliveRenewal,
     KeepAliveFailure,
+    Restored,
+    ForceReleased,
 }
 
 impl Default for Stats {
@@ -104,6 +112,8 @@ impl Stats {
             enabled,
             acquire_attempts: AtomicU64::default(),
             acquired: AtomicU64::default(),
+            acquired_shared: AtomicU64::default(),
+            acquired_permit: AtomicU64::default(),
             not_acquired: AtomicU64::default(),
             releases_ok: AtomicU64::default(),
             releases_lost: AtomicU64::default(),
@@ -112,6 +122,8 @@ impl Stats {
             expired: AtomicU64::default(),
             keepalive_renewals: AtomicU64::default(),
             keepalive_failures: AtomicU64::default(),
+            restored: AtomicU64::default(),
+            force_released: AtomicU64::default(),
             retries: AtomicU64::default(),
             errors: Default::default(),
             wait: Histogram::default(),
@@ -127,6 +139,8 @@ impl Stats {
         let c = match event {
             Event::AcquireAttempt => &self.acquire_attempts,
             Event::Acquired => &self.acquired,
+            Event::AcquiredShared => &self.acquired_shared,
+            Event::AcquiredPermit => &self.acquired_permit,
             Event::NotAcquired => &self.not_acquired,
             Event::ReleaseOk => &self.releases_ok,
             Event::ReleaseLost => &self.releases_lost,
@@ -135,6 +149,8 @@ impl Stats {
             Event::Expired => &self.expired,
             Event::KeepAliveRenewal => &self.keepalive_renewals,
             Event::KeepAliveFailure => &self.keepalive_failures,
+            Event::Restored => &self.restored,
+            Event::ForceReleased => &self.force_released,
         };
         c.fetch_add(1, Relaxed);
     }
@@ -177,6 +193,8 @@ impl Stats {
         StatsSnapshot {
             acquire_attempts: self.acquire_attempts.load(Relaxed),
             acquired: self.acquired.load(Relaxed),
+            acquired_shared: self.acquired_shared.load(Relaxed),
+            acquired_permit: self.acquired_permit.load(Relaxed),
             not_acquired: self.not_acquired.load(Relaxed),
             releases_ok: self.releases_ok.load(Relaxed),
             releases_lost: self.releases_lost.load(Relaxed),
@@ -185,6 +203,8 @@ impl Stats {
             expired: self.expired.load(Relaxed),
             keepalive_renewals: self.keepalive_renewals.load(Relaxed),
             keepalive_failures: self.keepalive_failures.load(Relaxed),
+            restored: self.restored.load(Relaxed),
+            force_released: self.force_released.load(Relaxed),
             retries: self.retries.load(Relaxed),
             errors: ErrorKind::ALL
                 .iter()
@@ -204,7 +224,12 @@ impl Stats {
 pub struct StatsSnapshot {
     /// Calls to try_acquire/acquire that reached the backend.
     pub acquire_attempts: u64,
+    /// Leases acquired, of every kind.
     pub acquired: u64,
+    /// Of those, shared (read) leases.
+    pub acquired_shared: u64,
+    /// Of those, semaphore permits.
+    pub acquired_permit: u64,
     /// Acquisitions refused because someone else held the key (after the whole wait).
     pub not_acquired: u64,
     pub releases_ok: u64,
@@ -216,6 +241,10 @@ pub struct StatsSnapshot {
     pub expired: u64,
     pub keepalive_renewals: u64,
     pub keepalive_failures: u64,
+    /// Leases picked up by key and token (taken by another process or client).
+    pub restored: u64,
+    /// Keys freed by `force_release`, whoever held them.
+    pub force_released: u64,
     /// Extra attempts inside waits and multi-node rounds.
     pub retries: u64,
     /// Errors by kind: `unavailable` and `internal` from the backend, and `invalid_argument` for inputs
@@ -230,14 +259,24 @@ pub struct StatsSnapshot {
 }
 
 impl StatsSnapshot {
-    fn counters(&self) -> [(&'static str, u64, &'static str); 11] {
+    fn counters(&self) -> [(&'static str, u64, &'static str); 15] {
         [
             (
                 "acquire_attempts",
                 self.acquire_attempts,
                 "Acquire calls that reached the backend.",
             ),
-            ("acquired", self.acquired, "Leases acquired."),
+            ("acquired", self.acquired, "Leases acquired, of every kind."),
+            (
+                "acquired_shared",
+                self.acquired_shared,
+                "Shared (read) leases acquired.",
+            ),
+            (
+                "acquired_permit",
+                self.acquired_permit,
+                "Semaphore permits acquired.",
+            ),
             (
                 "not_acquired",
                 self.not_acquired,
@@ -277,6 +316,16 @@ impl StatsSnapshot {
                 "keepalive_failures",
                 self.keepalive_failures,
                 "Background keep-alive renewals that failed.",
+            ),
+            (
+                "restored",
+                self.restored,
+                "Leases picked up by key and token.",
+            ),
+            (
+                "force_released",
+                self.force_released,
+                "Keys freed by force_release, whoever held them.",
             ),
             (
                 "retries",
@@ -348,28 +397,36 @@ impl StatsSnapshot {
             .map(|(k, v)| format!("{k}=\"{}\"", escape_label(v)))
             .collect();
         let base = label_text.join(",");
-        let with = |extra: &str| -> String {
-            match (base.is_empty(), extra.is_empty()) {
-                (true, true) => String::new(),
-                (true, false) => format!("{{{extra}}}"),
-                (false, true) => format!("{{{base}}}"),
-                (false, false) => format!("{{{base},{extra}}}"),
+        // Written straight into `out` (no string per line): a scrape renders about 120 lines.
+        let mut out = String::with_capacity(8192 + 2 * 121 * base.len());
+        let labelled = |out: &mut String, extra: fmt::Arguments<'_>| {
+            let extra_empty = extra.as_str() == Some("");
+            match (base.is_empty(), extra_empty) {
+                (true, true) => {}
+                (true, false) => {
+                    let _ = write!(out, "{{{extra}}}");
+                }
+                (false, true) => {
+                    let _ = write!(out, "{{{base}}}");
+                }
+                (false, false) => {
+                    let _ = write!(out, "{{{base},{extra}}}");
+                }
             }
         };
-        let mut out = String::new();
         for (name, value, help) in self.counters() {
             let _ = writeln!(out, "# HELP leasehold_{name}_total {help}");
             let _ = writeln!(out, "# TYPE leasehold_{name}_total counter");
-            let _ = writeln!(out, "leasehold_{name}_total{} {value}", with(""));
+            let _ = write!(out, "leasehold_{name}_total");
+            labelled(&mut out, format_args!(""));
+            let _ = writeln!(out, " {value}");
         }
         let _ = writeln!(out, "# HELP leasehold_errors_total Backend errors by kind.");
         let _ = writeln!(out, "# TYPE leasehold_errors_total counter");
         for (kind, n) in &self.errors {
-            let _ = writeln!(
-                out,
-                "leasehold_errors_total{} {n}",
-                with(&format!("kind=\"{}\"", kind.as_str()))
-            );
+            out.push_str("leasehold_errors_total");
+            labelled(&mut out, format_args!("kind=\"{}\"", kind.as_str()));
+            let _ = writeln!(out, " {n}");
         }
         for (name, h, help) in self.histograms() {
             let _ = writeln!(out, "# HELP leasehold_{name} {help}");
@@ -377,25 +434,19 @@ impl StatsSnapshot {
             let mut cumulative = 0;
             for (le, n) in HistogramSnapshot::bounds_seconds().zip(&h.buckets) {
                 cumulative += n;
-                let _ = writeln!(
-                    out,
-                    "leasehold_{name}_bucket{} {cumulative}",
-                    with(&format!("le=\"{le}\""))
-                );
+                let _ = write!(out, "leasehold_{name}_bucket");
+                labelled(&mut out, format_args!("le=\"{le}\""));
+                let _ = writeln!(out, " {cumulative}");
             }
-            let _ = writeln!(
-                out,
-                "leasehold_{name}_bucket{} {}",
-                with("le=\"+Inf\""),
-                h.count
-            );
-            let _ = writeln!(
-                out,
-                "leasehold_{name}_sum{} {}",
-                with(""),
-                h.sum.as_secs_f64()
-            );
-            let _ = writeln!(out, "leasehold_{name}_count{} {}", with(""), h.count);
+            let _ = write!(out, "leasehold_{name}_bucket");
+            labelled(&mut out, format_args!("le=\"+Inf\""));
+            let _ = writeln!(out, " {}", h.count);
+            let _ = write!(out, "leasehold_{name}_sum");
+            labelled(&mut out, format_args!(""));
+            let _ = writeln!(out, " {}", h.sum.as_secs_f64());
+            let _ = write!(out, "leasehold_{name}_count");
+            labelled(&mut out, format_args!(""));
+            let _ = writeln!(out, " {}", h.count);
         }
         out
     }

@@ -15,6 +15,9 @@ pub const MAX_WAIT: Duration = MAX_TTL;
 pub struct Ttl(u64);
 
 impl Ttl {
+    /// The shortest TTL: 1 ms.
+    pub const MIN: Ttl = Ttl(1);
+
     pub fn from_millis(ms: u64) -> Result<Self> {
         if ms == 0 {
             return Err(Error::invalid("ttl must be at least 1 ms"));

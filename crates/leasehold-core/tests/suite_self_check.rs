@@ -2,18 +2,61 @@
 //! up here, next to the suite, rather than as a mysterious failure in every real backend.
 
 use leasehold_core::{
-    conformance, wait, Client, Error, Key, KeyInfo, LockBackend, RawLease, Result, Token, Ttl,
+    conformance, wait, Client, Error, Key, KeyInfo, LeaseKind, LockBackend, RawLease, Result,
+    Token, Ttl,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The holder (token, expiry) if any, and the last fence.
-type Record = (Option<(Token, Instant)>, u64);
+/// One key's state: holders by token (with their kind and expiry), the last fence, and how many
+/// exclusive requests wait (new shared requests give way to them).
+#[derive(Debug, Default)]
+struct Record {
+    holders: HashMap<Token, (LeaseKind, Instant)>,
+    fence: u64,
+    writers_waiting: usize,
+}
+
+impl Record {
+    fn sweep(&mut self, now: Instant) {
+        self.holders.retain(|_, (_, exp)| *exp > now);
+    }
+
+    fn admits(&self, kind: LeaseKind) -> bool {
+        match kind {
+            LeaseKind::Exclusive => self.holders.is_empty(),
+            LeaseKind::Shared => {
+                self.writers_waiting == 0
+                    && self.holders.values().all(|(k, _)| *k == LeaseKind::Shared)
+            }
+            LeaseKind::Permit(p) => self.holders.len() < p.get() as usize,
+            _ => false,
+        }
+    }
+}
 
 #[derive(Debug, Default)]
 struct Memory {
-    keys: Mutex<HashMap<Vec<u8>, Record>>,
+    keys: Mutex<HashMap<(bool, Vec<u8>), Record>>,
+}
+
+/// Semaphores live in a namespace of their own.
+fn slot(key: &Key, kind: LeaseKind) -> (bool, Vec<u8>) {
+    (
+        matches!(kind, LeaseKind::Permit(_)),
+        key.as_bytes().to_vec(),
+    )
+}
+
+impl Memory {
+    fn with<T>(&self, key: &Key, kind: LeaseKind, f: impl FnOnce(&mut Record, Instant) -> T) -> T {
+        let now = Instant::now();
+        let mut keys = self.keys.lock().unwrap();
+        let record = keys.entry(slot(key, kind)).or_default();
+        record.sweep(now);
+        f(record, now)
+    }
 }
 
 impl LockBackend for Memory {
@@ -22,52 +65,87 @@ impl LockBackend for Memory {
     }
 
     fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<RawLease> {
-        let sent = Instant::now();
-        let mut keys = self.keys.lock().unwrap();
-        let entry = keys.entry(key.as_bytes().to_vec()).or_default();
-        if matches!(entry.0, Some((_, exp)) if exp > sent) {
-            return Err(wait::held_elsewhere(key));
-        }
+        self.try_acquire_as(key, LeaseKind::Exclusive, ttl)
+    }
+
+    fn try_acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl) -> Result<RawLease> {
         let token = Token::generate()?;
-        entry.1 += 1;
-        entry.0 = Some((token, sent + ttl.as_duration()));
-        Ok(RawLease::new(key.clone(), token, entry.1, ttl, sent))
+        self.with(key, kind, |r, now| {
+            if !r.admits(kind) {
+                return Err(wait::held_elsewhere(key));
+            }
+            r.fence += 1;
+            r.holders.insert(token, (kind, now + ttl.as_duration()));
+            Ok(RawLease::new(key.clone(), token, r.fence, ttl, now).with_kind(kind))
+        })
+    }
+
+    fn acquire(&self, key: &Key, ttl: Ttl, wait: Duration) -> Result<RawLease> {
+        // A waiting writer holds new readers back while it polls.
+        self.with(key, LeaseKind::Exclusive, |r, _| r.writers_waiting += 1);
+        let result = wait::poll_acquire_as(self, key, LeaseKind::Exclusive, ttl, wait);
+        self.with(key, LeaseKind::Exclusive, |r, _| r.writers_waiting -= 1);
+        result
+    }
+
+    fn acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl, wait: Duration) -> Result<RawLease> {
+        match kind {
+            LeaseKind::Exclusive => self.acquire(key, ttl, wait),
+            other => wait::poll_acquire_as(self, key, other, ttl, wait),
+        }
     }
 
     fn release(&self, lease: &mut RawLease) -> Result<()> {
-        let mut keys = self.keys.lock().unwrap();
-        match keys.get_mut(lease.key().as_bytes()) {
-            Some(e) if matches!(e.0, Some((t, exp)) if t == lease.token() && exp > Instant::now()) =>
-            {
-                e.0 = None;
-                Ok(())
+        self.with(lease.key(), lease.kind(), |r, _| {
+            match r.holders.remove(&lease.token()) {
+                Some(_) => Ok(()),
+                None => Err(Error::Lost("not ours".into())),
             }
-            _ => Err(Error::Lost("not ours".into())),
-        }
+        })
     }
 
     fn extend(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
-        let sent = Instant::now();
-        let mut keys = self.keys.lock().unwrap();
-        match keys.get_mut(lease.key().as_bytes()) {
-            Some(e) if matches!(e.0, Some((t, exp)) if t == lease.token() && exp > sent) => {
-                e.0 = Some((lease.token(), sent + ttl.as_duration()));
-                lease.renewed(ttl, sent);
-                Ok(())
+        let (key, token) = (lease.key().clone(), lease.token());
+        let sent = self.with(&key, lease.kind(), |r, now| {
+            match r.holders.get_mut(&token) {
+                Some((_, exp)) => {
+                    *exp = now + ttl.as_duration();
+                    Ok(now)
+                }
+                None => Err(Error::Lost("not ours".into())),
             }
-            _ => Err(Error::Lost("not ours".into())),
-        }
+        })?;
+        lease.renewed(ttl, sent);
+        Ok(())
     }
 
     fn inspect(&self, key: &Key) -> Result<KeyInfo> {
-        let keys = self.keys.lock().unwrap();
-        let now = Instant::now();
-        Ok(match keys.get(key.as_bytes()) {
-            Some((Some((_, exp)), fence)) if *exp > now => {
-                KeyInfo::new(true, Some(*exp - now), Some(*fence))
+        self.with(key, LeaseKind::Exclusive, |r, now| {
+            let fence = (r.fence > 0).then_some(r.fence);
+            let left = r.holders.values().map(|(_, exp)| *exp - now).max();
+            Ok(KeyInfo::new(left.is_some(), left, fence))
+        })
+    }
+
+    fn restore(&self, key: &Key, token: Token) -> Result<RawLease> {
+        self.with(key, LeaseKind::Exclusive, |r, now| {
+            match r.holders.get(&token) {
+                Some((kind, exp)) => {
+                    Ok(
+                        RawLease::restored(key.clone(), token, r.fence, *exp - now, now)
+                            .with_kind(*kind),
+                    )
+                }
+                None => Err(Error::Lost("not held by that token".into())),
             }
-            Some((_, fence)) => KeyInfo::new(false, None, Some(*fence)),
-            None => KeyInfo::new(false, None, None),
+        })
+    }
+
+    fn force_release(&self, key: &Key) -> Result<bool> {
+        self.with(key, LeaseKind::Exclusive, |r, _| {
+            let held = !r.holders.is_empty();
+            r.holders.clear();
+            Ok(held)
         })
     }
 }
@@ -75,8 +153,14 @@ impl LockBackend for Memory {
 #[test]
 fn the_suite_passes_on_a_correct_backend() {
     let shared: Arc<dyn LockBackend> = Arc::new(Memory::default());
-    conformance::run(&|| Client::from_arc(shared.clone()));
+    let new_client = || Client::from_arc(shared.clone());
+    conformance::run(&new_client);
+    conformance::run_restore(&new_client);
+    conformance::run_force_release(&new_client);
+    conformance::run_shared(&new_client);
+    conformance::run_semaphore(&new_client);
     conformance::mutual_exclusion(&Client::from_arc(shared.clone()), 8, 200);
+    conformance::semaphore_limit(&Client::from_arc(shared.clone()), 3, 8, 100);
 }
 
 #[test]

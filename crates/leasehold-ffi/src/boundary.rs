@@ -12,7 +12,7 @@ pub(crate) fn call(function: &str, body: impl FnOnce() -> Result<()>) -> leaseho
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => leasehold_status::LEASEHOLD_OK,
         Ok(Err(error)) => {
-            last_error::set(&format!("{function}: {error}"));
+            last_error::set(format_args!("{function}: {error}"));
             error.kind().into()
         }
         Err(payload) => {
@@ -27,7 +27,7 @@ pub(crate) fn value<T>(function: &str, fallback: T, body: impl FnOnce() -> Resul
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(value)) => value,
         Ok(Err(error)) => {
-            last_error::set(&format!("{function}: {error}"));
+            last_error::set(format_args!("{function}: {error}"));
             fallback
         }
         Err(payload) => {
@@ -47,7 +47,7 @@ pub(crate) fn quietly(function: &str, body: impl FnOnce()) {
 fn panicked(function: &str, payload: Box<dyn std::any::Any + Send>) {
     // The payload text is left out: it could quote anything, a connection string included. The
     // panic hook has already printed it to stderr for whoever debugs this.
-    last_error::set(&format!(
+    last_error::set(format_args!(
         "{function}: internal error: a panic was caught inside leasehold (a bug; please report it)"
     ));
     // Dropping a payload could itself panic; forgetting it costs a few bytes once per bug.
@@ -92,10 +92,27 @@ pub(crate) fn text<'a>(ptr: *const c_char, name: &str) -> Result<&'a str> {
         .map_err(|_| Error::invalid(format!("{name} is not valid UTF-8")))
 }
 
+/// The secrets of one client's URL, shared by the client and its leases.
+pub(crate) struct Secrets(Vec<String>);
+
+impl Secrets {
+    pub(crate) fn new(secrets: Vec<String>) -> Self {
+        Secrets(secrets)
+    }
+
+    /// `error` with every secret masked.
+    pub(crate) fn redact(&self, error: Error) -> Error {
+        redacted(error, &self.0)
+    }
+}
+
 /// `error` with every secret masked: a second line of defence over the backends' own masking.
 pub(crate) fn redacted(error: Error, secrets: &[String]) -> Error {
-    let refs: Vec<&str> = secrets.iter().map(String::as_str).collect();
-    error.redacted(&refs)
+    if secrets.is_empty() {
+        // Nothing to mask; spares the copy of the message on every refused try-acquire.
+        return error;
+    }
+    error.redacted(secrets)
 }
 
 #[cfg(test)]

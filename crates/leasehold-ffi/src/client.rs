@@ -1,89 +1,14 @@
-//! `leasehold_client`: one backend, shared by threads, rebuilt in a child after fork().
+//! The exports on a `leasehold_client`: opening and freeing it, and taking leases through it.
 
 use crate::boundary;
-use crate::fork;
+use crate::handle::leasehold_client;
 use crate::lease::leasehold_lease;
 use crate::persistent;
 use crate::status::leasehold_status;
-use leasehold::{check_wait, Client, Config, Error, Key, Result, Ttl};
+use leasehold::{check_wait, Error, LeaseKind, Permits, Result, Ttl};
 use std::ffi::c_char;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
-
-/// A connection to one backend, chosen by the URL given to `leasehold_client_open`.
-///
-/// Opaque. Thread-safe: share one client between all threads of a process. Owned by the caller,
-/// who frees it with `leasehold_client_free`; leases taken through it keep it alive, so a client
-/// and its leases may be freed in either order. After fork() a client keeps working in the child:
-/// on its first call there it connects anew and leaves the parent's connections untouched.
-#[allow(non_camel_case_types)]
-pub struct leasehold_client {
-    config: Config,
-    secrets: Vec<String>,
-    connection: Mutex<Connection>,
-}
-
-struct Connection {
-    /// The process `client` belongs to.
-    pid: u32,
-    /// None after a reconnect in a child failed; the next call tries again.
-    client: Option<Client>,
-}
-
-impl leasehold_client {
-    fn lock(&self) -> MutexGuard<'_, Connection> {
-        self.connection.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Parses `url` and connects: the handle behind `leasehold_client_open` and the persistent cache.
-    pub(crate) fn open(url: &str) -> Result<Arc<leasehold_client>> {
-        let config = Config::parse(url)?;
-        let secrets = config.secrets();
-        let client =
-            leasehold::connect_config(&config).map_err(|e| boundary::redacted(e, &secrets))?;
-        Ok(Arc::new(leasehold_client {
-            config,
-            secrets,
-            connection: Mutex::new(Connection {
-                pid: fork::pid(),
-                client: Some(client),
-            }),
-        }))
-    }
-
-    /// This process's client: the one opened here, or a fresh one if we are a fork() child.
-    pub(crate) fn current(&self) -> Result<Client> {
-        let mut connection = self.lock();
-        let pid = fork::pid();
-        if connection.pid != pid {
-            if let Some(inherited) = connection.client.take() {
-                fork::keep_forever(inherited);
-            }
-            connection.pid = pid;
-        }
-        if let Some(client) = &connection.client {
-            return Ok(client.clone());
-        }
-        let client = leasehold::connect_config(&self.config).map_err(|e| self.redacted(e))?;
-        connection.client = Some(client.clone());
-        Ok(client)
-    }
-
-    pub(crate) fn redacted(&self, error: Error) -> Error {
-        boundary::redacted(error, &self.secrets)
-    }
-}
-
-impl Drop for leasehold_client {
-    fn drop(&mut self) {
-        let connection = self.connection.get_mut().unwrap_or_else(|p| p.into_inner());
-        if connection.pid != fork::pid() {
-            if let Some(inherited) = connection.client.take() {
-                fork::keep_forever(inherited);
-            }
-        }
-    }
-}
 
 /// Opens a client for the backend `url` names (`file:///dir`, `redis://…`, `redlock://…`,
 /// `postgres://…`; see the README for parameters).
@@ -103,11 +28,7 @@ pub unsafe extern "C" fn leasehold_client_open(
     client_out: *mut *mut leasehold_client,
 ) -> leasehold_status {
     boundary::call("leasehold_client_open", || {
-        let out = boundary::out(client_out, "client_out")?;
-        let url = boundary::text(url, "url")?;
-        let handle = leasehold_client::open(url)?;
-        *out = Arc::into_raw(handle).cast_mut();
-        Ok(())
+        open_into(client_out, url, leasehold_client::open)
     })
 }
 
@@ -134,12 +55,20 @@ pub unsafe extern "C" fn leasehold_client_open_persistent(
     client_out: *mut *mut leasehold_client,
 ) -> leasehold_status {
     boundary::call("leasehold_client_open_persistent", || {
-        let out = boundary::out(client_out, "client_out")?;
-        let url = boundary::text(url, "url")?;
-        let handle = persistent::open(url)?;
-        *out = Arc::into_raw(handle).cast_mut();
-        Ok(())
+        open_into(client_out, url, persistent::open)
     })
+}
+
+/// The body of both opens: `*client_out` written only once `open` gave a client.
+fn open_into(
+    client_out: *mut *mut leasehold_client,
+    url: *const c_char,
+    open: fn(&str) -> Result<Arc<leasehold_client>>,
+) -> Result<()> {
+    let out = boundary::out(client_out, "client_out")?;
+    let handle = open(boundary::text(url, "url")?)?;
+    *out = Arc::into_raw(handle).cast_mut();
+    Ok(())
 }
 
 /// Gives up the caller's reference to `client`. Its connections close once no lease taken through
@@ -182,7 +111,8 @@ pub unsafe extern "C" fn leasehold_try_acquire(
     lease_out: *mut *mut leasehold_lease,
 ) -> leasehold_status {
     boundary::call("leasehold_try_acquire", || {
-        acquire(client, key, key_len, ttl_ms, None, lease_out)
+        let kind = Ok(LeaseKind::Exclusive);
+        acquire(client, key, key_len, kind, ttl_ms, None, lease_out)
     })
 }
 
@@ -203,7 +133,94 @@ pub unsafe extern "C" fn leasehold_acquire(
     lease_out: *mut *mut leasehold_lease,
 ) -> leasehold_status {
     boundary::call("leasehold_acquire", || {
-        acquire(client, key, key_len, ttl_ms, Some(wait_ms), lease_out)
+        let kind = Ok(LeaseKind::Exclusive);
+        acquire(client, key, key_len, kind, ttl_ms, Some(wait_ms), lease_out)
+    })
+}
+
+/// One attempt at a shared (read) lease on `key`: granted while no exclusive lease holds the key
+/// and no exclusive request waits for it (so readers never starve a writer); any number of shared
+/// leases may hold it at once. Arguments, ownership and statuses as for `leasehold_try_acquire`;
+/// the lease is released, extended and freed with the same calls. `LEASEHOLD_INVALID_ARGUMENT` on
+/// a backend without shared locks (the message says which).
+///
+/// # Safety
+/// As for `leasehold_try_acquire`.
+#[no_mangle]
+pub unsafe extern "C" fn leasehold_try_acquire_shared(
+    client: *const leasehold_client,
+    key: *const c_char,
+    key_len: usize,
+    ttl_ms: u64,
+    lease_out: *mut *mut leasehold_lease,
+) -> leasehold_status {
+    boundary::call("leasehold_try_acquire_shared", || {
+        let kind = Ok(LeaseKind::Shared);
+        acquire(client, key, key_len, kind, ttl_ms, None, lease_out)
+    })
+}
+
+/// Like `leasehold_try_acquire_shared`, but waits up to `wait_ms` milliseconds, as
+/// `leasehold_acquire` does.
+///
+/// # Safety
+/// As for `leasehold_try_acquire`.
+#[no_mangle]
+pub unsafe extern "C" fn leasehold_acquire_shared(
+    client: *const leasehold_client,
+    key: *const c_char,
+    key_len: usize,
+    ttl_ms: u64,
+    wait_ms: u64,
+    lease_out: *mut *mut leasehold_lease,
+) -> leasehold_status {
+    boundary::call("leasehold_acquire_shared", || {
+        let kind = Ok(LeaseKind::Shared);
+        acquire(client, key, key_len, kind, ttl_ms, Some(wait_ms), lease_out)
+    })
+}
+
+/// One attempt at one of `permits` (1 to 65535) permits of the semaphore `key`: granted while fewer
+/// than `permits` leases hold it. Each permit is a lease of its own (token, fence, TTL on the
+/// backend's clock; release, extend and free as for any lease). Semaphore keys and lock keys are
+/// separate namespaces. Everyone using one semaphore should pass the same `permits`.
+/// `permits` of 0 or above 65535: `LEASEHOLD_INVALID_ARGUMENT`; otherwise as `leasehold_try_acquire`.
+///
+/// # Safety
+/// As for `leasehold_try_acquire`.
+#[no_mangle]
+pub unsafe extern "C" fn leasehold_try_acquire_permit(
+    client: *const leasehold_client,
+    key: *const c_char,
+    key_len: usize,
+    permits: u32,
+    ttl_ms: u64,
+    lease_out: *mut *mut leasehold_lease,
+) -> leasehold_status {
+    boundary::call("leasehold_try_acquire_permit", || {
+        let kind = Permits::new(permits).map(LeaseKind::Permit);
+        acquire(client, key, key_len, kind, ttl_ms, None, lease_out)
+    })
+}
+
+/// Like `leasehold_try_acquire_permit`, but waits up to `wait_ms` milliseconds for a permit (first
+/// come, first served), as `leasehold_acquire` does.
+///
+/// # Safety
+/// As for `leasehold_try_acquire`.
+#[no_mangle]
+pub unsafe extern "C" fn leasehold_acquire_permit(
+    client: *const leasehold_client,
+    key: *const c_char,
+    key_len: usize,
+    permits: u32,
+    ttl_ms: u64,
+    wait_ms: u64,
+    lease_out: *mut *mut leasehold_lease,
+) -> leasehold_status {
+    boundary::call("leasehold_acquire_permit", || {
+        let kind = Permits::new(permits).map(LeaseKind::Permit);
+        acquire(client, key, key_len, kind, ttl_ms, Some(wait_ms), lease_out)
     })
 }
 
@@ -211,32 +228,98 @@ fn acquire(
     client: *const leasehold_client,
     key: *const c_char,
     key_len: usize,
+    kind: Result<LeaseKind>,
     ttl_ms: u64,
     wait_ms: Option<u64>,
     lease_out: *mut *mut leasehold_lease,
 ) -> Result<()> {
     let out = boundary::out(lease_out, "lease_out")?;
-    if client.is_null() {
-        return Err(Error::invalid("client is NULL"));
-    }
-    let key = Key::new(boundary::key(key, key_len)?)?;
+    let handle = leasehold_client::live(client)?;
+    // Checked for NULL and 1 to 1024 bytes here, copied into a `Key` once, by the client.
+    let key = boundary::key(key, key_len)?;
+    let kind = kind?;
     // Validated before a fork() child reconnects, so a bad argument is reported as such.
     let ttl = Ttl::from_millis(ttl_ms)?.as_duration();
     let wait = wait_ms
         .map(|ms| check_wait(Duration::from_millis(ms)))
         .transpose()?;
-    // SAFETY: a non-NULL client pointer came from leasehold_client_open and is still owned by the
-    // caller; taking a new reference for the lease keeps it alive beyond leasehold_client_free.
-    let handle = unsafe {
-        Arc::increment_strong_count(client);
-        Arc::from_raw(client)
-    };
     let backend = handle.current()?;
-    let lease = match wait {
-        None => backend.try_acquire(key, ttl),
-        Some(wait) => backend.acquire(key, ttl, wait),
-    }
-    .map_err(|e| handle.redacted(e))?;
-    *out = Box::into_raw(Box::new(leasehold_lease::new(lease, handle)));
+    let lease = match (kind, wait) {
+        (LeaseKind::Exclusive, None) => backend.try_acquire(key, ttl),
+        (LeaseKind::Exclusive, Some(wait)) => backend.acquire(key, ttl, wait),
+        (LeaseKind::Shared, None) => backend.try_acquire_shared(key, ttl),
+        (LeaseKind::Shared, Some(wait)) => backend.acquire_shared(key, ttl, wait),
+        (LeaseKind::Permit(p), None) => backend.try_acquire_permit(key, p.get(), ttl),
+        (LeaseKind::Permit(p), Some(wait)) => backend.acquire_permit(key, p.get(), ttl, wait),
+        (other, _) => return Err(Error::invalid(format!("{other} leases are not offered"))),
+    };
+    hand_out(out, handle, lease)
+}
+
+/// Writes a lease the backend gave into `*out` (owned by the caller from now), or returns the
+/// backend's error with the client's secrets masked.
+fn hand_out(
+    out: &mut *mut leasehold_lease,
+    handle: &leasehold_client,
+    lease: Result<leasehold::Lease>,
+) -> Result<()> {
+    let lease = lease.map_err(|e| handle.redacted(e))?;
+    *out = Box::into_raw(Box::new(leasehold_lease::new(lease, handle.secrets())));
     Ok(())
+}
+
+/// Picks up a lease taken elsewhere (another process, a queued job) by its key and `token`: the
+/// 32 lowercase hex characters `leasehold_lease_token` gave the process that acquired it
+/// (NUL-terminated). One round trip confirms the token still holds the key and reads its fence and
+/// the time left. On `LEASEHOLD_OK`, `*lease_out` receives a new lease the caller owns and frees
+/// with `leasehold_lease_free` (which releases it if still held); otherwise it is left as it was.
+/// `LEASEHOLD_LOST` when that token no longer holds the key (expired, released, taken over).
+/// `LEASEHOLD_INVALID_ARGUMENT` for NULL pointers, a bad `key_len`, a token that is not 32 lowercase
+/// hex characters, and on a backend that cannot restore (PostgreSQL advisory: a session owns the
+/// lock; use `?lock=table`). Thread-safe.
+///
+/// # Safety
+/// `client` is NULL or a live client; `key` is NULL or points to `key_len` readable bytes; `token` is
+/// NULL or a NUL-terminated string; `lease_out` is NULL or points to writable storage.
+#[no_mangle]
+pub unsafe extern "C" fn leasehold_lease_restore(
+    client: *const leasehold_client,
+    key: *const c_char,
+    key_len: usize,
+    token: *const c_char,
+    lease_out: *mut *mut leasehold_lease,
+) -> leasehold_status {
+    boundary::call("leasehold_lease_restore", || {
+        let out = boundary::out(lease_out, "lease_out")?;
+        let handle = leasehold_client::live(client)?;
+        let key = boundary::key(key, key_len)?;
+        let token = boundary::text(token, "token")?;
+        let backend = handle.current()?;
+        hand_out(out, handle, backend.restore(key, token))
+    })
+}
+
+/// The operator's escape hatch: frees `key` whoever holds it (the holder's next release or extend
+/// gives `LEASEHOLD_LOST`); fences keep rising across it. `LEASEHOLD_OK` whether or not the key was
+/// held. Counted (`force_released` in the stats) and logged as a warning. On PostgreSQL advisory it
+/// terminates the session holding the lock, which needs the `pg_signal_backend` role.
+/// NULL `client` or `key`, or a bad `key_len`: `LEASEHOLD_INVALID_ARGUMENT`. Thread-safe.
+///
+/// # Safety
+/// `client` is NULL or a live client; `key` is NULL or points to `key_len` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn leasehold_force_release(
+    client: *const leasehold_client,
+    key: *const c_char,
+    key_len: usize,
+) -> leasehold_status {
+    boundary::call("leasehold_force_release", || {
+        let handle = leasehold_client::live(client)?;
+        let key = boundary::key(key, key_len)?;
+        let backend = handle.current()?;
+        backend
+            .force_release(key)
+            .map(|_| ())
+            .map_err(|e| handle.redacted(e))
+    })
 }

@@ -1,8 +1,6 @@
 //! `leasehold_lease`: a held (or once held) lock, owned by the process that took it.
 
-use crate::boundary;
-use crate::client::leasehold_client;
-use crate::fork;
+use crate::boundary::{self, Secrets};
 use crate::status::leasehold_status;
 use leasehold::{Error, Lease, Result, Ttl};
 use std::ffi::c_char;
@@ -17,68 +15,28 @@ use std::sync::Arc;
 /// `leasehold_lease_free` frees the handle without releasing the parent's lock.
 #[allow(non_camel_case_types)]
 pub struct leasehold_lease {
-    /// None only while being freed in a process that does not own the lease.
-    lease: Option<Lease>,
-    /// The process that acquired the lease.
-    pid: u32,
-    fence: u64,
+    /// Knows which process took it: in any other (a fork() child) core's guard refuses release,
+    /// extend and keep-alive, and dropping it leaves the parent's lock and connection alone.
+    lease: Lease,
     /// The 32 hex characters and a NUL, so the token can be lent to C for the lease's lifetime.
     token: [u8; 33],
-    client: Arc<leasehold_client>,
+    /// The client's secrets, masked in this lease's errors. The lease itself keeps the client's
+    /// backend (its connections and counters) alive.
+    secrets: Arc<Secrets>,
 }
 
 impl leasehold_lease {
-    pub(crate) fn new(lease: Lease, client: Arc<leasehold_client>) -> Self {
+    pub(crate) fn new(lease: Lease, secrets: Arc<Secrets>) -> Self {
         let mut token = [0u8; 33];
         let hex = lease.token();
         let hex = hex.as_str().as_bytes();
         let n = hex.len().min(32);
         token[..n].copy_from_slice(&hex[..n]);
         leasehold_lease {
-            fence: lease.fence(),
-            lease: Some(lease),
-            pid: fork::pid(),
+            lease,
             token,
-            client,
+            secrets,
         }
-    }
-
-    /// The lease, for the process that took it only.
-    fn owned(&mut self) -> Result<&mut Lease> {
-        self.check_owner()?;
-        self.lease
-            .as_mut()
-            .ok_or_else(|| Error::Internal("lease handle is empty".into()))
-    }
-
-    /// Shared access to the lease, for the process that took it only.
-    fn owned_ref(&self) -> Result<&Lease> {
-        self.check_owner()?;
-        self.lease
-            .as_ref()
-            .ok_or_else(|| Error::Internal("lease handle is empty".into()))
-    }
-
-    fn check_owner(&self) -> Result<()> {
-        if self.pid != fork::pid() {
-            return Err(Error::invalid(
-                "lease belongs to another process (it was inherited across fork(); only the \
-                 process that acquired it may release, extend or keep it alive)",
-            ));
-        }
-        Ok(())
-    }
-}
-
-impl Drop for leasehold_lease {
-    fn drop(&mut self) {
-        if self.pid != fork::pid() {
-            // Releasing would free the parent's lock; even dropping could close its connection.
-            if let Some(inherited) = self.lease.take() {
-                fork::keep_forever(inherited);
-            }
-        }
-        // In the owning process the Lease guard releases a still held key as it drops.
     }
 }
 
@@ -86,6 +44,14 @@ impl Drop for leasehold_lease {
 fn view<'a>(lease: *const leasehold_lease) -> Result<&'a leasehold_lease> {
     // SAFETY: non-NULL lease pointers come from an acquire and are not yet freed (header contract).
     unsafe { lease.as_ref() }.ok_or_else(|| Error::invalid("lease is NULL"))
+}
+
+/// Runs `f` on the lease behind a pointer the caller lends us exclusively for the call, with the
+/// client's secrets masked in its error.
+fn with_lease(lease: *mut leasehold_lease, f: impl FnOnce(&mut Lease) -> Result<()>) -> Result<()> {
+    // SAFETY: as for `view`; the caller gives us exclusive use for the call.
+    let handle = unsafe { lease.as_mut() }.ok_or_else(|| Error::invalid("lease is NULL"))?;
+    f(&mut handle.lease).map_err(|e| handle.secrets.redact(e))
 }
 
 /// Releases the key if it still holds this lease's token (compare-and-delete). Does not free the
@@ -101,13 +67,7 @@ fn view<'a>(lease: *const leasehold_lease) -> Result<&'a leasehold_lease> {
 #[no_mangle]
 pub unsafe extern "C" fn leasehold_lease_release(lease: *mut leasehold_lease) -> leasehold_status {
     boundary::call("leasehold_lease_release", || {
-        // SAFETY: as for `view`; the caller gives us exclusive use for the call.
-        let handle = unsafe { lease.as_mut() }.ok_or_else(|| Error::invalid("lease is NULL"))?;
-        let client = handle.client.clone();
-        handle
-            .owned()?
-            .release_in_place()
-            .map_err(|e| client.redacted(e))
+        with_lease(lease, Lease::release_in_place)
     })
 }
 
@@ -124,11 +84,7 @@ pub unsafe extern "C" fn leasehold_lease_extend(
     ttl_ms: u64,
 ) -> leasehold_status {
     boundary::call("leasehold_lease_extend", || {
-        // SAFETY: as for `view`; the caller gives us exclusive use for the call.
-        let handle = unsafe { lease.as_mut() }.ok_or_else(|| Error::invalid("lease is NULL"))?;
-        let ttl = Ttl::from_millis(ttl_ms)?.as_duration();
-        let client = handle.client.clone();
-        handle.owned()?.extend(ttl).map_err(|e| client.redacted(e))
+        with_lease(lease, |l| l.extend(Ttl::from_millis(ttl_ms)?.as_duration()))
     })
 }
 
@@ -157,13 +113,7 @@ pub unsafe extern "C" fn leasehold_lease_keep_alive(
     enabled: bool,
 ) -> leasehold_status {
     boundary::call("leasehold_lease_keep_alive", || {
-        // SAFETY: as for `view`; the caller gives us exclusive use for the call.
-        let handle = unsafe { lease.as_mut() }.ok_or_else(|| Error::invalid("lease is NULL"))?;
-        let client = handle.client.clone();
-        handle
-            .owned()?
-            .keep_alive(enabled)
-            .map_err(|e| client.redacted(e))
+        with_lease(lease, |l| l.keep_alive(enabled))
     })
 }
 
@@ -185,24 +135,27 @@ pub unsafe extern "C" fn leasehold_lease_keep_alive_status(
 ) -> leasehold_status {
     boundary::call("leasehold_lease_keep_alive_status", || {
         let handle = view(lease)?;
-        // In a fork() child the lease's lock may be held forever by the parent's renewal thread
-        // (which did not survive the fork), so the child must not even read it.
-        let lease = handle.owned_ref()?;
-        match lease.keep_alive_error() {
+        // Core reads no renewal state in a fork() child (its lock may be held forever by the
+        // parent's renewal thread, which did not survive the fork); C is told it is not its lease.
+        handle.lease.check_owner()?;
+        match handle.lease.keep_alive_error() {
             None => Ok(()),
-            Some(error) => Err(handle.client.redacted(error)),
+            Some(error) => Err(handle.secrets.redact(error)),
         }
     })
 }
 
-/// The lease's fencing token: strictly increasing per key, starting at 1. Hand it to the store you
+/// The lease's fencing token: never 0, strictly increasing per key (a large number, about the server's
+/// time in µs, so it keeps rising when a backend loses its data). Hand it to the store you
 /// protect so it can reject a stale holder. 0 for NULL. Makes no network call.
 ///
 /// # Safety
 /// `lease` is NULL or a live lease.
 #[no_mangle]
 pub unsafe extern "C" fn leasehold_lease_fence(lease: *const leasehold_lease) -> u64 {
-    boundary::value("leasehold_lease_fence", 0, || Ok(view(lease)?.fence))
+    boundary::value("leasehold_lease_fence", 0, || {
+        Ok(view(lease)?.lease.fence())
+    })
 }
 
 /// Milliseconds left on the lease by the local monotonic clock, minus the clock-drift allowance:
@@ -214,11 +167,7 @@ pub unsafe extern "C" fn leasehold_lease_fence(lease: *const leasehold_lease) ->
 #[no_mangle]
 pub unsafe extern "C" fn leasehold_lease_remaining_ms(lease: *const leasehold_lease) -> i64 {
     boundary::value("leasehold_lease_remaining_ms", 0, || {
-        let handle = view(lease)?;
-        let left = handle
-            .lease
-            .as_ref()
-            .map_or(0, |l| l.remaining().as_millis());
+        let left = view(lease)?.lease.remaining().as_millis();
         Ok(i64::try_from(left).unwrap_or(i64::MAX))
     })
 }
@@ -249,5 +198,28 @@ pub unsafe extern "C" fn leasehold_lease_free(lease: *mut leasehold_lease) {
             // SAFETY: the pointer came from Box::into_raw in an acquire.
             drop(unsafe { Box::from_raw(lease) });
         }
+    });
+}
+
+/// Frees a lease WITHOUT releasing it: the key stays held on the backend until its TTL runs out
+/// (keep-alive renewal stops). For hosts whose frameworks let a lock outlive the object that took
+/// it — a Symfony `Key` serialized for another process, a Laravel lock restored elsewhere by its
+/// owner — where freeing must not give the key back. The lease can still be picked up by key and
+/// token with `leasehold_lease_restore`. On PostgreSQL advisory the lease's session is kept open
+/// (it is the lock) until the session's idle timeout, the TTL, ends it. NULL is a no-op; in a fork()
+/// child it does what `leasehold_lease_free` does there.
+///
+/// # Safety
+/// `lease` is NULL or a live lease; it must not be used after this call.
+#[no_mangle]
+pub unsafe extern "C" fn leasehold_lease_detach(lease: *mut leasehold_lease) {
+    boundary::quietly("leasehold_lease_detach", || {
+        if lease.is_null() {
+            return;
+        }
+        // SAFETY: the pointer came from Box::into_raw in an acquire.
+        let handle = unsafe { Box::from_raw(lease) };
+        // In a fork() child, core's forget leaves an inherited lease alone, as free does.
+        handle.lease.forget();
     });
 }

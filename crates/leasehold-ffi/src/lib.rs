@@ -10,7 +10,7 @@
 
 mod boundary;
 mod client;
-mod fork;
+mod handle;
 mod last_error;
 mod lease;
 mod lent;
@@ -19,9 +19,10 @@ mod persistent;
 mod status;
 
 pub use client::{
-    leasehold_acquire, leasehold_client, leasehold_client_free, leasehold_client_open,
+    leasehold_acquire, leasehold_client_free, leasehold_client_open,
     leasehold_client_open_persistent, leasehold_try_acquire,
 };
+pub use handle::leasehold_client;
 pub use lease::{
     leasehold_lease, leasehold_lease_extend, leasehold_lease_fence, leasehold_lease_free,
     leasehold_lease_keep_alive, leasehold_lease_keep_alive_status, leasehold_lease_release,

@@ -1,17 +1,16 @@
 //! `leasehold_client_stats_json` and `leasehold_client_metrics`: the client's counters for C and PHP.
 
 use crate::boundary;
-use crate::client::leasehold_client;
+use crate::handle::leasehold_client;
 use crate::lent;
-use leasehold::{Client, Error, Result};
+use leasehold::{Client, Result};
 use std::ffi::c_char;
 
 /// The client of this process behind `client` (connecting anew in a fork() child, whose counters
 /// therefore start from zero).
 fn current(client: *const leasehold_client) -> Result<Client> {
-    // SAFETY: non-NULL client pointers are live handles from this library (header contract).
-    let handle = unsafe { client.as_ref() }.ok_or_else(|| Error::invalid("client is NULL"))?;
-    handle.current()
+    let handle = leasehold_client::live(client)?;
+    handle.current().map(std::borrow::Cow::into_owned)
 }
 
 /// The client's counters and histograms as one JSON object (a snapshot; makes no network call):

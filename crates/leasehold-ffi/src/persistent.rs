@@ -12,9 +12,8 @@
 //! when the request ends, which would unload it and drop the cache with it (or unmap code another
 //! thread still runs). So the first persistent client pins the library with RTLD_NODELETE.
 
-use crate::client::leasehold_client;
-use crate::fork;
-use leasehold::Result;
+use crate::handle::leasehold_client;
+use leasehold::{fork, Result};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Once};
 

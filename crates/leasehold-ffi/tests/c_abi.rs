@@ -18,16 +18,29 @@ fn workspace_dir() -> PathBuf {
         .expect("workspace directory")
 }
 
-/// The cdylib cargo built for this test run: `cargo test` builds the library with all its crate
-/// types before the tests, into the `deps` directory next to this test binary.
+/// The cdylib of this package, built for this test run. The package has no rlib (it would collide
+/// with the facade's `libleasehold.rlib`), so `cargo test` does not build the cdylib by itself: the
+/// first test asks cargo to, in the same profile and target directory as this test binary.
 fn library_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let exe = std::env::current_exe().expect("test binary path");
-        let deps = exe.parent().expect("deps directory").to_path_buf();
-        let so = deps.join("libleasehold.so");
+        let deps = exe.parent().expect("deps directory");
+        let profile_dir = deps.parent().expect("profile directory").to_path_buf();
+        let target_dir = profile_dir.parent().expect("target directory");
+        let mut build = Command::new(env!("CARGO"));
+        build
+            .args(["build", "-p", "leasehold-ffi", "--target-dir"])
+            .arg(target_dir)
+            .current_dir(workspace_dir());
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            build.arg("--release");
+        }
+        let status = build.status().expect("run cargo build -p leasehold-ffi");
+        assert!(status.success(), "cargo build -p leasehold-ffi failed");
+        let so = profile_dir.join("libleasehold.so");
         assert!(so.exists(), "{} was not built", so.display());
-        deps
+        profile_dir
     })
 }
 
@@ -227,6 +240,18 @@ fn happy_path_redis() {
 }
 
 #[test]
+fn shared_semaphores_restore_and_force_local() {
+    let dir = TempDir::new("ffi-kinds");
+    run("kinds", &[("LEASEHOLD_URL", &file_url(&dir))]);
+}
+
+#[test]
+fn shared_semaphores_restore_and_force_redis() {
+    let server = RedisServer::start();
+    run("kinds", &[("LEASEHOLD_URL", &redis_url(&server))]);
+}
+
+#[test]
 fn bad_inputs_fail_cleanly_and_leave_leases_intact() {
     let dir = TempDir::new("ffi-bad");
     let closed = free_port().to_string();
@@ -277,7 +302,8 @@ fn fork_child_uses_inherited_client_redis() {
 }
 
 /// Where the C tests delete a lock underneath the library: the local backend's directory, or the
-/// port of our own redis-server (for a raw DEL of `leasehold:l:<key>`).
+/// port of our own redis-server (for a raw DEL of the key's lock key, `leasehold:{<tag>}l:<key>`:
+/// see tests/c/underneath.h).
 fn underneath_local(dir: &TempDir) -> String {
     format!("dir:{}", dir.path().display())
 }
@@ -536,4 +562,40 @@ fn bench_c_abi() {
         );
         print!("{}", String::from_utf8_lossy(&output.stdout));
     }
+}
+
+/// tests/c/fuzz.c under valgrind: seeded random bytes, lengths and numbers at every entry point.
+/// The seed is `LEASEHOLD_FUZZ_SEED` when set (to replay a failure), else the clock; it is printed
+/// either way. `LEASEHOLD_FUZZ_CASES` changes the number of calls (3000 here; longer runs by hand).
+fn fuzz(url: &str) {
+    let seed = std::env::var("LEASEHOLD_FUZZ_SEED").unwrap_or_else(|_| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+            .to_string()
+    });
+    let cases = std::env::var("LEASEHOLD_FUZZ_CASES").unwrap_or_else(|_| "3000".to_owned());
+    eprintln!("C ABI fuzz: LEASEHOLD_FUZZ_SEED={seed} LEASEHOLD_FUZZ_CASES={cases} ({url})");
+    let stdout = run(
+        "fuzz",
+        &[
+            ("LEASEHOLD_URL", url),
+            ("LEASEHOLD_FUZZ_SEED", &seed),
+            ("LEASEHOLD_FUZZ_CASES", &cases),
+        ],
+    );
+    assert!(stdout.contains("FUZZ_DONE"), "{stdout}");
+    eprintln!("{}", stdout.trim());
+}
+
+#[test]
+fn fuzz_entry_points_local() {
+    let dir = TempDir::new("ffi-fuzz");
+    fuzz(&file_url(&dir));
+}
+
+#[test]
+fn fuzz_entry_points_redis() {
+    let server = RedisServer::start();
+    fuzz(&redis_url(&server));
 }

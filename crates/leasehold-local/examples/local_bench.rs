@@ -4,7 +4,9 @@
 //! cargo run --release -p leasehold-local --example local_bench [-- --fair-secs 30 --procs 8 --hold-us 0]
 //! ```
 //!
-//! 1. uncontended `try_acquire` + `release` cycles per second (one thread);
+//! 1. uncontended `try_acquire` + `release` cycles per second (one thread), on one key and on a fresh
+//!    key every cycle;
+//!    and per kind (exclusive, shared, permit of 3) on a known key, p50 and p99 (`--only 5` alone);
 //! 2. handoff latency between two threads: holder's release → waiter's `acquire` returns;
 //! 3. cycles per second with 16 threads contending for one key;
 //! 4. fairness: N processes contending for one key; every acquisition's wait, per process and overall.
@@ -63,6 +65,50 @@ fn main() {
         n as f64 / secs,
         secs * 1e6 / n as f64
     );
+
+    // 1b. the same on a fresh key every cycle (a job id per lock)
+    let start = Instant::now();
+    for i in 0..n {
+        c.try_acquire(format!("bench:fresh:{i}"), LONG)
+            .expect("acquire")
+            .release()
+            .expect("release");
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let left = std::fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0);
+    println!(
+        "fresh-key try_acquire+release: {:.0} cycles/s ({:.1} µs/cycle; {left} files left in the directory)",
+        n as f64 / secs,
+        secs * 1e6 / n as f64
+    );
+
+    // 1c. per kind, interleaved so every kind sees the same machine: exclusive, shared and permit
+    // try_acquire+release on a known key, µs per cycle
+    let per_kind = if run(1) || run(5) { 20_000 } else { 1 };
+    let mut times: [Vec<Duration>; 3] = Default::default();
+    for _ in 0..per_kind {
+        for (i, t) in times.iter_mut().enumerate() {
+            let start = Instant::now();
+            let lease = match i {
+                0 => c.try_acquire("bench:kind", LONG),
+                1 => c.try_acquire_shared("bench:kind", LONG),
+                _ => c.try_acquire_permit("bench:kind", 3, LONG),
+            };
+            lease.expect("acquire").release().expect("release");
+            t.push(start.elapsed());
+        }
+    }
+    for (name, t) in ["exclusive", "shared", "permit"]
+        .iter()
+        .zip(times.iter_mut())
+    {
+        t.sort();
+        println!(
+            "{name:>9} try_acquire+release ({per_kind} cycles): p50 {:.1} µs  p99 {:.1} µs",
+            pct(t, 0.5).as_secs_f64() * 1e6,
+            pct(t, 0.99).as_secs_f64() * 1e6
+        );
+    }
 
     // 2. handoff latency between two threads
     let rounds = if run(2) {

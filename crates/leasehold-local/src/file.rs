@@ -4,18 +4,15 @@
 //! while it holds the lock must give us `Unavailable` after the I/O timeout, never a hang. Critical
 //! sections are a read and a write of one page, so the lock is normally free within microseconds.
 
+use crate::dir::{identity, Dir};
 use crate::record::{self, Decoded, Record, FILE_LEN};
 use leasehold_core::{Error, Result};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::ErrorKind;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
-
-/// Record files are created group-writable (before the umask), so a directory a group shares works
-/// with `umask 002`; the directory we create ourselves is 0700.
-const FILE_MODE: u32 = 0o660;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
@@ -23,38 +20,70 @@ pub(crate) enum Mode {
     Exclusive,
 }
 
-/// An open record file whose `flock` we hold; unlocked on drop.
+/// An open file whose `flock` we hold; unlocked on drop.
 #[derive(Debug)]
 pub(crate) struct Locked {
     file: File,
+    /// Device and inode, to tell a record file that was replaced since.
+    id: (u64, u64),
 }
 
 impl Locked {
-    /// Opens and locks `path`. `Ok(None)` when `create` is false and the file does not exist.
+    /// Opens and locks the record `name` in `dir`. `Ok(None)` when `create` is false and the file
+    /// does not exist.
+    ///
+    /// A record may be unlinked (on release, by a sweep, by hand) between our `open` and our
+    /// `flock`; the lock would then be on a file nobody else looks at. So once locked, the path must
+    /// still name the very file we hold (same device and inode), else we open again. Records are only
+    /// unlinked under their `flock`, so once the check passes the file stays ours until we unlock.
     pub(crate) fn open(
-        path: &Path,
+        dir: &Dir,
+        name: &str,
         create: bool,
         mode: Mode,
         give_up: Instant,
     ) -> Result<Option<Self>> {
-        let file = match OpenOptions::new()
-            .read(true)
-            .write(mode == Mode::Exclusive)
-            .create(create)
-            .mode(FILE_MODE)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-            .open(path)
-        {
-            Ok(f) => f,
-            Err(e) if !create && e.kind() == ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io_error("cannot open the record file", path, &e)),
+        let path = dir.join(name);
+        let mut flags = match mode {
+            Mode::Shared => libc::O_RDONLY,
+            Mode::Exclusive => libc::O_RDWR,
         };
+        if create {
+            flags |= libc::O_CREAT;
+        }
         let op = match mode {
             Mode::Shared => libc::LOCK_SH,
             Mode::Exclusive => libc::LOCK_EX,
         };
-        lock(&file, op, give_up, path)?;
-        Ok(Some(Locked { file }))
+        loop {
+            let file = match dir.open_at(name, flags) {
+                Ok(f) => f,
+                Err(e) if !create && e.kind() == ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(io_error("cannot open the record file", &path, &e)),
+            };
+            let locked = lock(file, op, give_up, &path)?;
+            match dir.identity_of(name) {
+                Ok(id) if id == locked.id => return Ok(Some(locked)),
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(io_error("cannot stat the record file", &path, &e)),
+            }
+            if Instant::now() >= give_up {
+                return Err(Error::Unavailable(format!(
+                    "the record file {} was replaced again and again for the whole I/O timeout",
+                    path.display()
+                )));
+            }
+        }
+    }
+
+    /// Device and inode of the file.
+    pub(crate) fn id(&self) -> (u64, u64) {
+        self.id
+    }
+
+    pub(crate) fn file(&self) -> &File {
+        &self.file
     }
 
     /// The record, and whether the file held bytes that are no valid record.
@@ -104,7 +133,23 @@ impl Drop for Locked {
     }
 }
 
-fn lock(file: &File, op: libc::c_int, give_up: Instant, path: &Path) -> Result<()> {
+/// Takes `flock` `op` on `file`, retrying until `give_up`.
+pub(crate) fn lock(file: File, op: libc::c_int, give_up: Instant, path: &Path) -> Result<Locked> {
+    flock_until(&file, op, give_up, path)?;
+    let id = match identity(&file) {
+        Ok(id) => id,
+        Err(e) => return Err(io_error("cannot stat", path, &e)),
+    };
+    Ok(Locked { file, id })
+}
+
+/// Takes `flock` `op` on `file` (which the caller unlocks), retrying until `give_up`.
+pub(crate) fn flock_until(
+    file: &File,
+    op: libc::c_int,
+    give_up: Instant,
+    path: &Path,
+) -> Result<()> {
     let mut tries: u32 = 0;
     loop {
         // SAFETY: a plain syscall on a descriptor we own.

@@ -1,25 +1,28 @@
 //! Keys (any bytes, up to 1024 plus the prefix) to record file names that are safe on any POSIX file
-//! system: `k-<readable>-<sha256 hex>.lock`. The readable part is only for people listing the
-//! directory; the SHA-256 of the whole prefixed key is what makes names distinct.
+//! system: `k-<readable>-<sha256 hex>.lock` for locks (exclusive and shared), `s-…` for semaphores,
+//! so a lock and a semaphore of the same key never share a record. The readable part is only for
+//! people listing the directory; the SHA-256 of the whole prefixed key is what makes names distinct.
 
 use sha2::{Digest, Sha256};
 
 /// At most this many bytes of the key show in the name, so names stay far below `NAME_MAX` (255).
 const READABLE: usize = 40;
 
-/// Record files start with this; everything else in the directory is ours too but never a record.
+/// Record files start with one of these; everything else in the directory is ours too but never a
+/// record.
 pub(crate) const RECORD_PREFIX: &str = "k-";
+pub(crate) const SEMAPHORE_PREFIX: &str = "s-";
 pub(crate) const RECORD_SUFFIX: &str = ".lock";
 
 /// The record file name for a key. `key` gives the readable part (the prefix would repeat in every
 /// name), `prefixed` (prefix + key, as stored) the hash.
-pub(crate) fn record_file_name(key: &[u8], prefixed: &[u8]) -> String {
+/// `start` is [`RECORD_PREFIX`] or [`SEMAPHORE_PREFIX`].
+pub(crate) fn record_file_name(start: &str, key: &[u8], prefixed: &[u8]) -> String {
     let digest = Sha256::digest(prefixed);
-    let mut name =
-        String::with_capacity(RECORD_PREFIX.len() + READABLE + 1 + 64 + RECORD_SUFFIX.len());
-    name.push_str(RECORD_PREFIX);
+    let mut name = String::with_capacity(start.len() + READABLE + 1 + 64 + RECORD_SUFFIX.len());
+    name.push_str(start);
     // Only bytes that are harmless everywhere (no '/', NUL, control characters, shell or glob
-    // characters); the fixed `k-` start keeps the name from ever being `.` or `..` or hidden.
+    // characters); the fixed `k-`/`s-` start keeps the name from ever being `.` or `..` or hidden.
     name.extend(key.iter().take(READABLE).map(|&b| {
         if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.' {
             b as char
@@ -28,15 +31,14 @@ pub(crate) fn record_file_name(key: &[u8], prefixed: &[u8]) -> String {
         }
     }));
     name.push('-');
-    for byte in digest {
-        name.push_str(&format!("{byte:02x}"));
-    }
+    name.push_str(&hex::encode(digest));
     name.push_str(RECORD_SUFFIX);
     name
 }
 
 pub(crate) fn is_record_file_name(name: &str) -> bool {
-    name.starts_with(RECORD_PREFIX) && name.ends_with(RECORD_SUFFIX)
+    (name.starts_with(RECORD_PREFIX) || name.starts_with(SEMAPHORE_PREFIX))
+        && name.ends_with(RECORD_SUFFIX)
 }
 
 #[cfg(test)]
@@ -71,17 +73,20 @@ mod tests {
         for k in &keys {
             let mut prefixed = b"leasehold:".to_vec();
             prefixed.extend_from_slice(k);
-            let name = record_file_name(k, &prefixed);
-            safe(&name);
-            assert!(names.insert(name));
+            for start in [RECORD_PREFIX, SEMAPHORE_PREFIX] {
+                let name = record_file_name(start, k, &prefixed);
+                safe(&name);
+                assert!(names.insert(name));
+            }
         }
+        let k = RECORD_PREFIX;
         assert_eq!(
-            record_file_name(b"x", b"p:x"),
-            record_file_name(b"x", b"p:x")
+            record_file_name(k, b"x", b"p:x"),
+            record_file_name(k, b"x", b"p:x")
         );
         assert_ne!(
-            record_file_name(b"x", b"p:x"),
-            record_file_name(b"x", b"q:x")
+            record_file_name(k, b"x", b"p:x"),
+            record_file_name(k, b"x", b"q:x")
         );
     }
 }

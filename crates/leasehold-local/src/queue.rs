@@ -1,7 +1,11 @@
 //! `acquire` with a wait: a FIFO queue of waiters kept in the key's record, under the same `flock`.
 //!
-//! A waiter takes a ticket at the tail and may take the key only when it is free and its ticket is
-//! first, so newcomers (including `try_acquire`) never cut in and every waiter gets its turn in order.
+//! A waiter takes a ticket at the tail and may take the key only when the waiters ahead of it are
+//! served too (see `Record::admits`): an exclusive waiter only when the key is free and it is first,
+//! a shared one when no exclusive holder nor exclusive waiter is ahead of it (writer preference),
+//! a permit when the holders plus the waiters ahead leave one. So newcomers (including
+//! `try_acquire`) never cut in, every waiter gets its turn in order, and readers queued together
+//! (or permits freed together) go in together.
 //! Waiters refresh a heartbeat in their entry every [`HEARTBEAT`]; an entry not refreshed for
 //! [`crate::STALE_WAITER`] belongs to a dead (or stopped) waiter and is dropped by whoever looks
 //! next, so a crashed process cannot block a queue. A dropped waiter that was only slow notices its
@@ -12,11 +16,11 @@
 //! soon enough since they only have to notice that they moved up.
 
 use crate::file::{Locked, Mode};
+use crate::record::Admit;
 use crate::wake::Watch;
-use crate::{clock, stale_ns, LocalBackend};
+use crate::{clock, full_error, stale_ns, want, LocalBackend};
 use leasehold_core::wait::{held_elsewhere, Backoff};
-use leasehold_core::{Error, Key, RawLease, Result, Token, Ttl};
-use std::path::Path;
+use leasehold_core::{Error, Key, LeaseKind, RawLease, Result, Token, Ttl};
 use std::time::{Duration, Instant};
 
 /// How often a waiter refreshes its entry; well below [`crate::STALE_WAITER`].
@@ -27,6 +31,7 @@ const WATCHERS: usize = 2;
 pub(crate) fn acquire(
     backend: &LocalBackend,
     key: &Key,
+    kind: LeaseKind,
     ttl: Ttl,
     wait: Duration,
 ) -> Result<RawLease> {
@@ -35,13 +40,16 @@ pub(crate) fn acquire(
     // No I/O may run past the wait plus one I/O timeout.
     let hard_end = backend.give_up(wait_end);
     let token = Token::generate()?;
-    let path = backend.record_path(key);
+    let name = backend.record_name(key, kind);
+    let (want, exclusive) = (want(kind), kind == LeaseKind::Exclusive);
+    let path = backend.dir.join(&name);
     let mut waiter = Waiter {
         backend,
-        path: &path,
+        name: &name,
         ticket: None,
     };
-    let mut watch: Option<Watch> = None;
+    // With the identity of the file it watches: a record deleted and created again is a new file.
+    let mut watch: Option<(Watch, (u64, u64))> = None;
     let mut watch_failed = false;
     let mut last_beat = start;
     let mut look_later = Backoff::new(Duration::from_micros(1500), Duration::from_micros(1500));
@@ -52,30 +60,45 @@ pub(crate) fn acquire(
             leasehold_core::stats::note_retry();
         }
         looks = looks.saturating_add(1);
-        if let Some(w) = &watch {
+        if let Some((w, _)) = &watch {
             w.drain();
         }
         let sent = Instant::now();
         let give_up = backend.give_up(sent).min(hard_end.max(sent));
-        let file = Locked::open(&path, true, Mode::Exclusive, give_up)?
+        let file = Locked::open(&backend.dir, &name, true, Mode::Exclusive, give_up)?
             .ok_or_else(|| Error::Internal("record file vanished".into()))?;
-        let mut record = backend.read(&file, &path)?;
+        if watch.as_ref().is_some_and(|(_, id)| *id != file.id()) {
+            watch = None;
+        }
+        let file_id = file.id();
+        let mut record = backend.read(&file, &name)?;
         let now_ns = clock::now_ns()?;
-        let mut dirty = record.normalize(backend.epoch, now_ns, stale_ns());
+        let mut dirty = record.normalize(&backend.boot, now_ns, stale_ns());
         if let Some(t) = waiter.ticket {
             if record.position(t).is_none() {
                 // Dropped as stale while we were descheduled: queue again.
                 waiter.ticket = None;
             }
         }
-        let first = record.waiters.first().map(|w| w.ticket);
-        if record.holder.is_none() && (first.is_none() || first == waiter.ticket) {
-            if let Some(t) = waiter.ticket.take() {
-                record.remove_waiter(t);
+        match record.admits(want, waiter.ticket) {
+            Admit::Yes => {
+                if let Some(t) = waiter.ticket.take() {
+                    record.remove_waiter(t);
+                }
+                let fence = backend.grant(&mut record, token, ttl, now_ns, exclusive, give_up)?;
+                file.write(&mut record, &path)?;
+                return Ok(RawLease::new(key.clone(), token, fence, ttl, sent).with_kind(kind));
             }
-            let fence = backend.grant(&mut record, token, ttl, now_ns)?;
-            file.write(&mut record, &path)?;
-            return Ok(RawLease::new(key.clone(), token, fence, ttl, sent));
+            Admit::Full => {
+                if let Some(t) = waiter.ticket.take() {
+                    dirty |= record.remove_waiter(t);
+                }
+                if dirty {
+                    file.write(&mut record, &path)?;
+                }
+                return Err(full_error(key, kind));
+            }
+            Admit::No => {}
         }
         let now = Instant::now();
         if now >= wait_end {
@@ -89,7 +112,7 @@ pub(crate) fn acquire(
         }
         match waiter.ticket {
             None => {
-                waiter.ticket = record.enqueue(now_ns);
+                waiter.ticket = record.enqueue(now_ns, exclusive);
                 dirty |= waiter.ticket.is_some();
                 last_beat = now;
             }
@@ -104,13 +127,17 @@ pub(crate) fn acquire(
             file.write(&mut record, &path)?;
         }
         let position = waiter.ticket.and_then(|t| record.position(t));
+        // The first holder to run out may let us in.
         let holder_left = record
-            .holder
-            .map(|h| Duration::from_nanos(h.deadline_ns.saturating_sub(now_ns)));
+            .holders
+            .iter()
+            .map(|h| h.deadline_ns)
+            .min()
+            .map(|d| Duration::from_nanos(d.saturating_sub(now_ns)));
         drop(file);
 
         // Sleep until something may have changed: never past the wait, the next heartbeat, or the
-        // holder's expiry (a crashed holder frees the key only by running out).
+        // earliest holder expiry (a crashed holder frees its share only by running out).
         let mut nap = wait_end
             .saturating_duration_since(now)
             .min(HEARTBEAT.saturating_sub(now.saturating_duration_since(last_beat)));
@@ -119,7 +146,7 @@ pub(crate) fn acquire(
         }
         if position.is_some_and(|p| p < WATCHERS) {
             if watch.is_none() && !watch_failed {
-                watch = Watch::new(&path);
+                watch = Watch::new(&path).map(|w| (w, file_id));
                 watch_failed = watch.is_none();
                 if watch.is_some() {
                     // A release between our look and the new watch would go unseen: look again first.
@@ -127,7 +154,7 @@ pub(crate) fn acquire(
                 }
             }
             match &watch {
-                Some(w) => w.wait(nap),
+                Some((w, _)) => w.wait(nap),
                 None => std::thread::sleep(nap.min(poll_soon.next_delay())),
             }
         } else {
@@ -139,7 +166,7 @@ pub(crate) fn acquire(
 /// A queued waiter; leaves the queue if `acquire` ends by an error.
 struct Waiter<'a> {
     backend: &'a LocalBackend,
-    path: &'a Path,
+    name: &'a str,
     ticket: Option<u64>,
 }
 
@@ -151,14 +178,15 @@ impl Drop for Waiter<'_> {
         // Best effort and without waiting (the caller is already returning an error): a ticket left
         // behind goes stale and is dropped by the next waiter.
         let now = Instant::now();
-        let Ok(Some(file)) = Locked::open(self.path, false, Mode::Exclusive, now) else {
+        let dir = &self.backend.dir;
+        let Ok(Some(file)) = Locked::open(dir, self.name, false, Mode::Exclusive, now) else {
             return;
         };
-        let Ok(mut record) = self.backend.read(&file, self.path) else {
+        let Ok(mut record) = self.backend.read(&file, self.name) else {
             return;
         };
         if record.remove_waiter(ticket) {
-            let _ = file.write(&mut record, self.path);
+            let _ = file.write(&mut record, &dir.join(self.name));
         }
     }
 }

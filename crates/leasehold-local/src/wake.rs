@@ -33,7 +33,7 @@ static POOL: Mutex<Pool> = Mutex::new(Pool {
 
 fn pool() -> std::sync::MutexGuard<'static, Pool> {
     let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
-    let pid = std::process::id();
+    let pid = leasehold_core::fork::pid();
     if pool.pid != pid {
         // Inherited from the parent (or first use): the parent still reads these instances.
         pool.idle.clear();

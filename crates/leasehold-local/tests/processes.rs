@@ -2,9 +2,11 @@
 //! `LEASEHOLD_LOCAL_CHILD` naming what to do (see `child_worker`); they report on stdout in lines
 //! starting with `@@ `.
 
+mod common;
+
+use common::{temp_dir, FileUrl};
 use leasehold_core::{Client, Config, ErrorKind};
 use leasehold_local::LocalBackend;
-use leasehold_testkit::TempDir;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -167,7 +169,7 @@ fn child_worker() {
 
 #[test]
 fn four_processes_lose_no_increment() {
-    let dir = TempDir::new("local-procs");
+    let dir = temp_dir("local-procs");
     let counter = dir.path().join("counter.txt");
     let key = "processes:counter".to_string();
     let cycles = 250;
@@ -216,7 +218,7 @@ fn four_processes_lose_no_increment() {
 
 #[test]
 fn killed_holder_frees_the_key_after_its_ttl() {
-    let dir = TempDir::new("local-kill");
+    let dir = temp_dir("local-kill");
     let url = dir.file_url();
     let key = "processes:killed".to_string();
     let ttl = Duration::from_millis(1500);
@@ -255,9 +257,49 @@ fn killed_holder_frees_the_key_after_its_ttl() {
     lease.release().unwrap();
 }
 
+/// Issue 12, item 1: deleting the directory's own files (as a tmp cleaner would) while another
+/// process holds a key must not let a second process take it.
+#[test]
+fn a_held_key_stays_held_across_processes_when_the_bookkeeping_is_deleted() {
+    let dir = temp_dir("local-two-holders-procs");
+    let url = dir.file_url();
+    let key = "processes:two-holders".to_string();
+    let (mut child, mut out) = spawn(
+        "hold",
+        &url,
+        &[("KEY", key.clone()), ("TTL_MS", "30000".into())],
+    );
+    let child_fence: u64 = report(&mut out)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        if path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with(".leasehold")
+        {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    let c = client(&url);
+    match c.try_acquire(&key, LONG) {
+        Ok(l) => panic!(
+            "two holders: fence {} while the child's {child_fence} runs",
+            l.fence()
+        ),
+        Err(e) => assert_eq!(e.kind(), ErrorKind::NotAcquired, "{e}"),
+    }
+    child.kill();
+}
+
 #[test]
 fn waiter_in_another_process_gets_a_released_key_quickly() {
-    let dir = TempDir::new("local-handoff");
+    let dir = temp_dir("local-handoff");
     let url = dir.file_url();
     let key = "processes:handoff".to_string();
     let c = client(&url);
@@ -290,11 +332,15 @@ fn waiter_in_another_process_gets_a_released_key_quickly() {
 
 #[test]
 fn stopped_process_holding_the_flock_gives_unavailable_not_a_hang() {
-    let dir = TempDir::new("local-stopped");
+    let dir = temp_dir("local-stopped");
     let url = format!("{}?io_timeout_ms=300", dir.file_url());
     let c = client(&url);
     let key = "processes:stopped";
-    c.try_acquire(key, LONG).unwrap().release().unwrap();
+    // A lease that runs out leaves its record in place (a released one would take it along).
+    c.try_acquire(key, Duration::from_millis(1))
+        .unwrap()
+        .forget();
+    std::thread::sleep(Duration::from_millis(5));
     let record = record_files(dir.path()).pop().expect("a record file");
     let (mut child, mut out) = spawn(
         "flock-and-stop",
@@ -333,7 +379,7 @@ fn stopped_process_holding_the_flock_gives_unavailable_not_a_hang() {
 
 #[test]
 fn dead_waiter_does_not_block_the_queue() {
-    let dir = TempDir::new("local-dead-waiter");
+    let dir = temp_dir("local-dead-waiter");
     let url = dir.file_url();
     let key = "processes:dead-waiter".to_string();
     let c = client(&url);
@@ -354,7 +400,7 @@ fn dead_waiter_does_not_block_the_queue() {
 
 #[test]
 fn a_waiter_stopped_too_long_loses_its_place_but_still_gets_the_key() {
-    let dir = TempDir::new("local-stopped-waiter");
+    let dir = temp_dir("local-stopped-waiter");
     let url = dir.file_url();
     let key = "processes:stopped-waiter".to_string();
     let c = client(&url);
@@ -396,7 +442,7 @@ fn a_waiter_stopped_too_long_loses_its_place_but_still_gets_the_key() {
 
 #[test]
 fn eight_processes_share_the_key_fairly() {
-    let dir = TempDir::new("local-fair");
+    let dir = temp_dir("local-fair");
     let url = dir.file_url();
     let key = "processes:fair".to_string();
     let children: Vec<_> = (0..8)

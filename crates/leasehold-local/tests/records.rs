@@ -1,8 +1,10 @@
 //! The record files: fences, file names, corruption, reboots, the directory, and queue order.
 
+mod common;
+
+use common::{temp_dir, FileUrl};
 use leasehold_core::{Client, Config, ErrorKind, MAX_KEY_LEN};
 use leasehold_local::LocalBackend;
-use leasehold_testkit::TempDir;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -30,16 +32,16 @@ fn queued(dir: &Path) -> usize {
         return 0;
     };
     let bytes = std::fs::read(file).unwrap_or_default();
-    let slot = |at: usize| -> Option<(u64, u32)> {
-        let s = bytes.get(at..at + 96)?;
-        (s[..4] == *b"LHL1").then(|| {
+    let slot = |at: usize| -> Option<(u64, u16)> {
+        let s = bytes.get(at..at + 64)?;
+        (s[..4] == *b"LHL3").then(|| {
             (
                 u64::from_le_bytes(s[16..24].try_into().unwrap()),
-                u32::from_le_bytes(s[88..92].try_into().unwrap()),
+                u16::from_le_bytes(s[58..60].try_into().unwrap()),
             )
         })
     };
-    [slot(0), slot(2048)]
+    [slot(0), slot(4096)]
         .into_iter()
         .flatten()
         .max()
@@ -48,7 +50,7 @@ fn queued(dir: &Path) -> usize {
 
 #[test]
 fn fence_strictly_increases_over_1000_acquisitions() {
-    let dir = TempDir::new("local-fence");
+    let dir = temp_dir("local-fence");
     let (a, b) = (client(&dir.file_url()), client(&dir.file_url()));
     let mut last = 0;
     for i in 0..1000 {
@@ -58,16 +60,19 @@ fn fence_strictly_increases_over_1000_acquisitions() {
         last = lease.fence();
         lease.release().unwrap();
     }
-    assert_eq!(
-        a.inspect("fence:1000").unwrap().fence,
-        Some(last),
-        "the fence survives release"
-    );
+    // Idle, the record goes at the next sweep; its fence lives on in the directory's high-water
+    // mark.
+    let sweeper = LocalBackend::open(&Config::parse(&dir.file_url()).unwrap()).unwrap();
+    assert_eq!(sweeper.sweep().unwrap(), 1);
+    assert!(record_files(dir.path()).is_empty());
+    let next = a.try_acquire("fence:1000", LONG).unwrap();
+    assert!(next.fence() > last, "fence {} after {last}", next.fence());
+    assert_eq!(a.inspect("fence:1000").unwrap().fence, Some(next.fence()));
 }
 
 #[test]
 fn odd_keys_map_to_safe_distinct_file_names() {
-    let dir = TempDir::new("local-names");
+    let dir = temp_dir("local-names");
     let c = client(&dir.file_url());
     let mut long_a = vec![b'a'; MAX_KEY_LEN];
     let long_b = {
@@ -126,39 +131,41 @@ fn odd_keys_map_to_safe_distinct_file_names() {
 
 #[test]
 fn corrupt_records_never_panic_and_keep_the_fence_when_they_can() {
-    let dir = TempDir::new("local-corrupt");
+    let dir = temp_dir("local-corrupt");
     let c = client(&dir.file_url());
     let key = "corrupt:key";
-    let mut fence = 0;
-    for _ in 0..3 {
-        let lease = c.try_acquire(key, LONG).unwrap();
-        fence = lease.fence();
-        lease.release().unwrap();
-    }
+    // Three writes (a grant and two extends) fill both slots; the holder then "dies".
+    let mut lease = c.try_acquire(key, LONG).unwrap();
+    lease.extend(LONG).unwrap();
+    lease.extend(LONG).unwrap();
+    let mut fence = lease.fence();
+    lease.forget();
     let file = record_files(dir.path()).pop().unwrap();
 
     // A torn write: the newest slot is garbage, the previous one still holds the fence.
     let mut bytes = std::fs::read(&file).unwrap();
     let generation = |at: usize| -> u64 {
         match bytes.get(at..at + 24) {
-            Some(s) if s[..4] == *b"LHL1" => u64::from_le_bytes(s[16..24].try_into().unwrap()),
+            Some(s) if s[..4] == *b"LHL3" => u64::from_le_bytes(s[16..24].try_into().unwrap()),
             _ => 0,
         }
     };
-    let newest_slot = if generation(2048) > generation(0) {
-        2048
+    let newest_slot = if generation(4096) > generation(0) {
+        4096
     } else {
         0
     };
     assert!(
-        generation(0) > 0 && generation(2048) > 0,
+        generation(0) > 0 && generation(4096) > 0,
         "both slots written"
     );
     for b in &mut bytes[newest_slot + 20..newest_slot + 60] {
         *b ^= 0xa5;
     }
     std::fs::write(&file, &bytes).unwrap();
-    let lease = c.try_acquire(key, LONG).expect("a torn record is readable");
+    let lease = c
+        .try_acquire(key, LONG)
+        .expect("a torn record is readable, and damage counts as free");
     assert!(
         lease.fence() > fence,
         "fence went backwards: {} after {fence}",
@@ -197,9 +204,38 @@ fn corrupt_records_never_panic_and_keep_the_fence_when_they_can() {
     let _ = fence;
 }
 
+/// The FNV-1a 64 check of a record slot (layout in `src/record.rs`).
+fn check(body: &[u8]) -> [u8; 8] {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in body {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash.to_le_bytes()
+}
+
+/// Rewrites every valid slot of a record file with `edit` and a fresh check.
+fn edit_record(file: &Path, edit: impl Fn(&mut [u8])) {
+    let mut bytes = std::fs::read(file).unwrap();
+    for at in [0, 4096] {
+        let Some(slot) = bytes.get_mut(at..at + 64) else {
+            continue;
+        };
+        if slot[..4] != *b"LHL3" {
+            continue;
+        }
+        let len = u32::from_le_bytes(slot[4..8].try_into().unwrap()) as usize;
+        let slot = &mut bytes[at..at + len];
+        edit(slot);
+        let sum = check(&slot[16..]);
+        slot[8..16].copy_from_slice(&sum);
+    }
+    std::fs::write(file, &bytes).unwrap();
+}
+
 #[test]
 fn a_reboot_frees_every_lease_and_fences_keep_increasing() {
-    let dir = TempDir::new("local-reboot");
+    let dir = temp_dir("local-reboot");
     let url = dir.file_url();
     let before = client(&url);
     let old = before
@@ -208,21 +244,9 @@ fn a_reboot_frees_every_lease_and_fences_keep_increasing() {
     let old_fence = old.fence();
     old.forget(); // the holder "dies" with the machine
 
-    // Pretend the directory was last used in another boot.
-    let epoch_file = dir.path().join(".leasehold-epoch");
-    let text = std::fs::read_to_string(&epoch_file).unwrap();
-    let edited: String = text
-        .lines()
-        .map(|l| {
-            if l.starts_with("boot=") {
-                "boot=00000000-0000-0000-0000-000000000000".to_string()
-            } else {
-                l.to_string()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
-    std::fs::write(&epoch_file, edited + "\n").unwrap();
+    // Pretend the record was written in another boot: its boot id (bytes 32..48) differs.
+    let file = record_files(dir.path()).pop().unwrap();
+    edit_record(&file, |slot| slot[32..48].copy_from_slice(&[0x42; 16]));
 
     let after = client(&url);
     assert!(
@@ -233,17 +257,80 @@ fn a_reboot_frees_every_lease_and_fences_keep_increasing() {
         .try_acquire("reboot:key", LONG)
         .expect("free after the reboot");
     assert!(lease.fence() > old_fence);
-    assert!(
-        lease.fence() > 1 << 32,
-        "fences of a new boot start above every earlier boot's"
-    );
     lease.release().unwrap();
+}
+
+/// The fence is `max(stored + 1, wall clock µs)`, and a deleted record's fence is kept by the
+/// directory's high-water mark: a fence far ahead of the clock survives the record's deletion.
+#[test]
+fn a_fence_ahead_of_the_clock_survives_the_record() {
+    let dir = temp_dir("local-mark");
+    let c = client(&dir.file_url());
+    let key = "mark:key";
+    c.try_acquire(key, Duration::from_millis(1))
+        .unwrap()
+        .forget();
+    std::thread::sleep(Duration::from_millis(5));
+    let ahead: u64 = 1 << 62; // far beyond any wall clock reading in µs
+    let file = record_files(dir.path()).pop().unwrap();
+    edit_record(&file, |slot| {
+        slot[24..32].copy_from_slice(&ahead.to_le_bytes())
+    });
+    let lease = c.try_acquire(key, LONG).unwrap();
+    assert_eq!(lease.fence(), ahead + 1, "stored + 1 beats the clock");
+    lease.release().unwrap();
+    assert!(
+        record_files(dir.path()).is_empty(),
+        "released: record deleted"
+    );
+    let lease = c.try_acquire(key, LONG).unwrap();
+    assert_eq!(lease.fence(), ahead + 2, "the mark kept the deleted fence");
+    lease.release().unwrap();
+}
+
+/// Records of the older formats 1 and 2 (and format 1's epoch files) are refused with a clear
+/// error, never treated as free.
+#[test]
+fn older_record_formats_and_directories_are_refused() {
+    let dir = temp_dir("local-format-1");
+    let url = dir.file_url();
+    let c = client(&url);
+    let key = "old:key";
+    c.try_acquire(key, LONG).unwrap().forget();
+    let file = record_files(dir.path()).pop().unwrap();
+    let mut bytes = std::fs::read(&file).unwrap();
+    for at in [0, 4096] {
+        if bytes.get(at..at + 4) == Some(b"LHL3") {
+            bytes[at..at + 4].copy_from_slice(b"LHL1");
+        }
+    }
+    std::fs::write(&file, &bytes).unwrap();
+    let err = c.try_acquire(key, LONG).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    assert!(err.to_string().contains("format 1"), "{err}");
+    assert_eq!(
+        c.inspect(key).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+
+    // Format 2 (one holder per record, slots of 2048 bytes; never released) is refused too.
+    let mut v2 = vec![0u8; 4096];
+    v2[2048..2052].copy_from_slice(b"LHL2");
+    std::fs::write(&file, &v2).unwrap();
+    let err = c.try_acquire_shared(key, LONG).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    assert!(err.to_string().contains("format 2"), "{err}");
+
+    std::fs::write(dir.path().join(".leasehold-epoch"), "leasehold-epoch v1\n").unwrap();
+    let err = LocalBackend::open(&Config::parse(&url).unwrap()).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    assert!(err.to_string().contains(".leasehold-epoch"), "{err}");
 }
 
 #[test]
 fn the_directory_is_created_private() {
     use std::os::unix::fs::PermissionsExt;
-    let parent = TempDir::new("local-mkdir");
+    let parent = temp_dir("local-mkdir");
     let dir = parent.path().join("nested/locks");
     let c = client(&format!("file://{}", dir.display()));
     c.try_acquire("mkdir", LONG).unwrap().release().unwrap();
@@ -259,7 +346,7 @@ fn the_directory_is_created_private() {
 
 #[test]
 fn waiters_get_the_key_in_arrival_order_and_try_acquire_does_not_cut_in() {
-    let dir = TempDir::new("local-fifo");
+    let dir = temp_dir("local-fifo");
     let c = client(&dir.file_url());
     let key = "fifo:key";
     let lease = c.try_acquire(key, LONG).unwrap();
@@ -295,7 +382,7 @@ fn waiters_get_the_key_in_arrival_order_and_try_acquire_does_not_cut_in() {
 
 #[test]
 fn a_waiter_notices_release_long_before_any_poll_interval() {
-    let dir = TempDir::new("local-wake");
+    let dir = temp_dir("local-wake");
     let c = client(&dir.file_url());
     let key = "wake:key";
     let mut latencies = Vec::new();

@@ -4,94 +4,150 @@
 //! a holder that goes silent past its TTL has its session ended by the server, which frees the lock. A
 //! holder whose process dies frees it as soon as the server sees the connection close; one whose host
 //! vanishes, within [`crate::session::SERVER_DEAD_PEER`] (server-side TCP keepalives and user timeout).
-//! The fence is `nextval` of one sequence, taken after the lock is granted, in the same round trip.
+//! The fence is drawn after the lock is granted, in the same round trip ([`fence_expr`]).
 
-use crate::lock_id::lock_id;
-use crate::session::{describe, last_value, number, Conn, Pools};
-use crate::with_session;
+use crate::lock_id::{lock_id, semaphore_internal, semaphore_slot_sql};
+use crate::session::{describe, last_value, number, Conn, Failure, Pools, Prepared};
+use crate::waiting::{bounded_wait, enter_queue, join_queue, unlock_all, wait_at_head, Attempt};
+use crate::{acquiring, call_rows, timed, with_session, Ask};
 use leasehold_core::wait::held_elsewhere;
-use leasehold_core::{Error, Key, KeyInfo, RawLease, Result, Token, Ttl};
+use leasehold_core::Deadline;
+use leasehold_core::{Error, Key, KeyInfo, LeaseKind, Permits, RawLease, Result, Token, Ttl};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// What a lease keeps: the session that holds the lock.
 pub(crate) struct Held {
     conn: Conn,
     id: i64,
+    /// A shared lock, unlocked with `pg_advisory_unlock_shared`.
+    shared: bool,
+    /// A semaphore's wait channel, notified when the permit goes back.
+    notify: Option<String>,
     /// The process that acquired: a `fork()` child must not use (or close) its parent's session.
     pid: u32,
+    /// A call on the session timed out, so the lease is lost. The session is kept, unused, until
+    /// the lease is released or dropped: closing it at once could free the lock on the server
+    /// while the caller, not yet told, still relies on the lease.
+    dead: bool,
 }
 
 #[derive(Debug)]
 pub(crate) struct Advisory {
     /// The fence sequence's OID: immune to `search_path` and quoting.
-    pub fence_seq: u32,
+    fence_seq: u32,
+    /// Where the next permit attempt starts looking, so concurrent acquirers spread over the slots.
+    rotation: AtomicU32,
+    /// The hot path's statements, prepared once per session ([`Statements`]).
+    sql: Statements,
+}
+
+/// The statements of one attempt, release and extend, exclusive (`[0]`) and shared (`[1]`). Each is
+/// one statement, so one round trip, prepared on each session once: parsing and planning them on
+/// every call cost the server about as much as the round trip itself.
+#[derive(Debug)]
+struct Statements {
+    /// `$1` the lock id, `$2` the TTL in ms (text). The fence is drawn only when the lock is granted
+    /// (OFFSET 0 keeps the attempt in its own subquery, evaluated once, before `set_config`).
+    try_lock: [Prepared; 2],
+    /// `$1` the lock id.
+    unlock: [Prepared; 2],
+    /// `$1` the TTL in ms (text).
+    extend: Prepared,
+}
+
+impl Statements {
+    fn new(fence_seq: u32) -> Statements {
+        let try_lock = |slot, f: &str| Prepared {
+            slot,
+            sql: format!(
+                "SELECT f, CASE WHEN f IS NOT NULL \
+                   THEN set_config('idle_session_timeout', $2::text, false) END \
+                 FROM (SELECT CASE WHEN {f}($1::bigint) THEN {} END AS f OFFSET 0) s",
+                fence_expr(fence_seq)
+            ),
+        };
+        let unlock = |slot, f: &str| Prepared {
+            slot,
+            sql: unlock_sql(f, "$1::bigint"),
+        };
+        Statements {
+            try_lock: [
+                try_lock(0, "pg_try_advisory_lock"),
+                try_lock(1, "pg_try_advisory_lock_shared"),
+            ],
+            unlock: [
+                unlock(2, "pg_advisory_unlock"),
+                unlock(3, "pg_advisory_unlock_shared"),
+            ],
+            extend: Prepared {
+                slot: 4,
+                sql: "SELECT set_config('idle_session_timeout', $1::text, false)".into(),
+            },
+        }
+    }
+}
+
+/// Column `i` of the first row of a prepared statement's answer; `None` for NULL or no row.
+fn column<'a, T: tokio_postgres::types::FromSql<'a>>(
+    rows: &'a [tokio_postgres::Row],
+    i: usize,
+) -> Result<Option<T>> {
+    match rows.first() {
+        None => Ok(None),
+        Some(row) => row
+            .try_get::<_, Option<T>>(i)
+            .map_err(|e| Error::Internal(format!("PostgreSQL answered an unexpected column: {e}"))),
+    }
 }
 
 impl Advisory {
-    pub fn try_acquire(
-        &self,
-        pools: &Pools,
-        prefixed: &[u8],
-        key: &Key,
-        ttl: Ttl,
-    ) -> Result<RawLease> {
-        let id = lock_id(prefixed);
-        let ms = ttl.as_millis();
-        // OFFSET 0 keeps the lock attempt in its own subquery, evaluated once, before set_config.
-        let sql = format!(
-            "SELECT f, CASE WHEN f IS NOT NULL THEN set_config('idle_session_timeout', '{ms}', false) END \
-             FROM (SELECT CASE WHEN pg_try_advisory_lock({id}) THEN nextval({}::regclass) END AS f \
-             OFFSET 0) s",
-            self.fence_seq
-        );
-        let (mut conn, result) = with_session(pools, |s| {
-            let sent = Instant::now();
-            s.rows(&sql).map(|rows| (sent, rows))
+    pub fn new(fence_seq: u32) -> Advisory {
+        Advisory {
+            fence_seq,
+            rotation: AtomicU32::new(std::process::id()),
+            sql: Statements::new(fence_seq),
+        }
+    }
+
+    /// One attempt at the key, exclusive or (`shared`) shared. A shared attempt is refused while an
+    /// exclusive request waits in the server's queue: the lock manager checks a conditional
+    /// request against the waiters' modes too (`waitMask`), which is the writer preference we want.
+    pub fn try_acquire(&self, ask: &Ask, shared: bool) -> Result<RawLease> {
+        let id = lock_id(&ask.prefixed);
+        let ms = ask.ttl.as_millis().to_string();
+        let sql = &self.sql.try_lock[usize::from(shared)];
+        let deadline = ask.pools.call();
+        let (mut conn, sent, rows) = acquiring(ask.pools, deadline, "advisory lock", |s| {
+            s.query(sql, &[&id, &ms], deadline)
         })?;
-        match result {
-            Ok((sent, rows)) => match number::<i64>(last_value(&rows, 0)) {
-                Ok(Some(fence)) => self.lease(conn, id, key, fence, ttl, sent),
-                Ok(None) => Err(held_elsewhere(key)),
-                Err(e) => {
-                    conn.poisoned = true;
-                    Err(e)
-                }
-            },
-            Err(e) => {
-                // The lock may have been granted before the error: never reuse this session.
-                conn.poisoned = true;
-                Err(pools.failed("advisory lock", &e))
-            }
+        match unreadable_poisons(&mut conn, column::<i64>(&rows, 0))? {
+            Some(fence) => self.lease(conn, id, ask.key, fence, ask.ttl, sent, shared, None),
+            None => Err(held_elsewhere(ask.key)),
         }
     }
 
     /// The server's lock queue does the waiting: `pg_advisory_lock` under `lock_timeout`, no polling.
-    pub fn acquire(
-        &self,
-        pools: &Pools,
-        prefixed: &[u8],
-        key: &Key,
-        ttl: Ttl,
-        wait: Duration,
-        io_timeout: Duration,
-    ) -> Result<RawLease> {
-        let id = lock_id(prefixed);
-        let wait_ms = wait_millis(wait);
-        let total_ms = wait_ms.saturating_add(io_timeout.as_millis() as u64);
+    pub fn acquire(&self, ask: &Ask, wait: Duration, shared: bool) -> Result<RawLease> {
+        let id = lock_id(&ask.prefixed);
+        let lock = if shared {
+            "pg_advisory_lock_shared"
+        } else {
+            "pg_advisory_lock"
+        };
+        let deadline = Deadline::for_acquire(wait, ask.pools.connect_timeout, ask.pools.io_timeout);
         // The fence is drawn only once the lock is granted, so fences follow the order of holders.
         // The last column is how long the server waited, to date the TTL from the grant.
         let sql = format!(
-            "SET LOCAL statement_timeout = {total_ms}; SET LOCAL lock_timeout = {wait_ms}; \
-             SELECT pg_advisory_lock({id}); \
-             SELECT nextval({}::regclass), set_config('idle_session_timeout', '{}', false), \
+            "{}SELECT {lock}({id}); \
+             SELECT {}, set_config('idle_session_timeout', '{}', false), \
              floor(extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000000)::bigint",
-            self.fence_seq,
-            ttl.as_millis()
+            bounded_wait(wait, ask.pools.io_timeout),
+            fence_expr(self.fence_seq),
+            ask.ttl.as_millis()
         );
-        let (mut conn, result) = with_session(pools, |s| {
-            let sent = Instant::now();
-            s.rows(&sql).map(|rows| (sent, rows))
-        })?;
+        // The client's bound is the whole call's, so the server's lock_timeout ends a wait first.
+        let (mut conn, result) = timed(ask.pools, deadline, |s| s.rows_waiting(&sql, deadline))?;
         match result {
             Ok((sent, rows)) => {
                 let fence = number::<i64>(last_value(&rows, 0));
@@ -107,16 +163,21 @@ impl Advisory {
                 let granted = sent
                     .checked_add(Duration::from_micros(waited_us))
                     .unwrap_or(sent);
-                self.lease(conn, id, key, fence, ttl, granted)
+                self.lease(conn, id, ask.key, fence, ask.ttl, granted, shared, None)
             }
-            Err(e) if e.code().is_some_and(|c| c.code() == "55P03") => Err(held_elsewhere(key)),
+            Err(e) if e.code() == Some("55P03") => {
+                unlock_all(&mut conn, deadline);
+                Err(held_elsewhere(ask.key))
+            }
             Err(e) => {
                 conn.poisoned = true;
-                Err(pools.failed("advisory lock", &e))
+                Err(ask.pools.failed("advisory lock", &e))
             }
         }
     }
 
+    /// The lease of a lock this session was just granted (a shared lease when `shared`).
+    #[allow(clippy::too_many_arguments)]
     fn lease(
         &self,
         mut conn: Conn,
@@ -125,6 +186,8 @@ impl Advisory {
         fence: i64,
         ttl: Ttl,
         sent: Instant,
+        shared: bool,
+        notify: Option<String>,
     ) -> Result<RawLease> {
         let token = match Token::generate() {
             Ok(token) => token,
@@ -134,34 +197,63 @@ impl Advisory {
                 return Err(e);
             }
         };
-        Ok(
-            RawLease::new(key.clone(), token, fence as u64, ttl, sent).with_state(Held {
-                conn,
-                id,
-                pid: std::process::id(),
-            }),
-        )
+        let lease = RawLease::new(key.clone(), token, fence as u64, ttl, sent).with_state(Held {
+            conn,
+            id,
+            shared,
+            notify,
+            pid: leasehold_core::fork::pid(),
+            dead: false,
+        });
+        Ok(if shared {
+            lease.with_kind(LeaseKind::Shared)
+        } else {
+            lease
+        })
     }
 
     pub fn release(&self, pools: &Pools, lease: &mut RawLease) -> Result<()> {
         let Some(mut held) = take_held(lease)? else {
             return Err(gone("its session is gone"));
         };
-        let sql = format!(
-            "SELECT pg_advisory_unlock({}), set_config('idle_session_timeout', '0', false)",
-            held.id
-        );
-        match held.conn.rows(&sql) {
-            Ok(rows) if last_value(&rows, 0) == Some("t") => Ok(()),
-            Ok(_) => {
+        if held.dead {
+            return Err(gone("a call on its session timed out"));
+        }
+        let unlocked = match &held.notify {
+            None => {
+                let sql = &self.sql.unlock[usize::from(held.shared)];
+                let id = held.id;
+                held.conn
+                    .query(sql, &[&id], pools.call())
+                    .map(|rows| matches!(column::<bool>(&rows, 0), Ok(Some(true))))
+            }
+            Some(channel) => {
+                // A semaphore's waiters learn of the free slot at once (delivered at commit).
+                let sql = format!(
+                    "{}, pg_notify('{channel}', '')",
+                    unlock_sql("pg_advisory_unlock", &held.id.to_string())
+                );
+                held.conn
+                    .rows(&sql, pools.call())
+                    .map(|rows| last_value(&rows, 0) == Some("t"))
+            }
+        };
+        match unlocked {
+            Ok(true) => Ok(()),
+            Ok(false) => {
                 held.conn.poisoned = true;
                 Err(gone("its session no longer holds the lock"))
             }
+            Err(e) if e.is_timeout() => Err(timed_out(pools, lease, held, "advisory unlock", &e)),
             Err(e) if held.conn.is_gone(&e) => {
                 held.conn.poisoned = true;
                 Err(pools.redacted(gone(&format!("its session ended ({})", describe(&e)))))
             }
             Err(e) => {
+                // The unlock was rolled back: the session still holds the lock. It stays the lease's
+                // for a retry, but must never go back to the pool, where it would hold the key for
+                // nobody (with the timeout it had, or none).
+                held.conn.poisoned = true;
                 let err = pools.failed("advisory unlock", &e);
                 lease.state = Some(Box::new(held));
                 Err(err)
@@ -173,21 +265,25 @@ impl Advisory {
         let Some(mut held) = take_held(lease)? else {
             return Err(gone("its session is gone"));
         };
+        if held.dead {
+            lease.expire();
+            lease.state = Some(Box::new(held));
+            return Err(gone("a call on its session timed out"));
+        }
         // A live session still holds its session locks: only it could have unlocked them. So moving
         // its idle timeout is the whole of extend.
-        let sql = format!(
-            "SELECT set_config('idle_session_timeout', '{}', false)",
-            ttl.as_millis()
-        );
+        let ms = ttl.as_millis().to_string();
         let sent = Instant::now();
-        match held.conn.rows(&sql) {
+        match held.conn.query(&self.sql.extend, &[&ms], pools.call()) {
             Ok(_) => {
                 lease.renewed(ttl, sent);
                 lease.state = Some(Box::new(held));
                 Ok(())
             }
+            Err(e) if e.is_timeout() => Err(timed_out(pools, lease, held, "extend", &e)),
             Err(e) if held.conn.is_gone(&e) => {
                 held.conn.poisoned = true;
+                lease.expire();
                 Err(pools.redacted(gone(&format!("its session ended ({})", describe(&e)))))
             }
             Err(e) => {
@@ -199,26 +295,312 @@ impl Advisory {
     }
 
     pub fn inspect(&self, pools: &Pools, prefixed: &[u8]) -> Result<KeyInfo> {
-        let id = lock_id(prefixed) as u64;
+        let id = lock_id(prefixed);
         // pg_locks shows a bigint advisory key as classid = high 32 bits, objid = low 32 bits,
         // objsubid = 1.
         let sql = format!(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted \
-             AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
-             AND classid = {} AND objid = {} AND objsubid = 1",
-            id >> 32,
-            id & 0xffff_ffff
+            "SELECT count(*), bool_or(mode = 'ShareLock') FROM pg_locks WHERE {}",
+            advisory_match(id)
         );
-        let (_conn, result) = with_session(pools, |s| s.rows(&sql))?;
-        let rows = result.map_err(|e| pools.failed("inspect", &e))?;
-        let held = number::<u64>(last_value(&rows, 0))?.unwrap_or(0) > 0;
-        Ok(KeyInfo::new(held, None, None))
+        let deadline = pools.call();
+        let (_conn, rows) = call_rows(pools, deadline, &sql, "inspect")?;
+        let holders = number::<u32>(last_value(&rows, 0))?.unwrap_or(0);
+        let info = KeyInfo::new(holders > 0, None, None);
+        Ok(if holders > 0 {
+            info.with_holders(holders, rows.last().and_then(|r| r.get(1)) == Some("t"))
+        } else {
+            info
+        })
+    }
+
+    /// The granted slots of a semaphore (among the first `permits`).
+    pub fn inspect_permits(
+        &self,
+        pools: &Pools,
+        prefixed: &[u8],
+        permits: Permits,
+    ) -> Result<KeyInfo> {
+        let sql = format!(
+            "SELECT count(*) FROM pg_locks l JOIN \
+               (SELECT {} AS id FROM generate_series(0, {}) AS g(i)) s \
+               ON l.classid = ((s.id >> 32) & 4294967295)::oid AND l.objid = (s.id & 4294967295)::oid \
+             WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
+               AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            semaphore_slot_sql(prefixed, "i"),
+            permits.get() - 1
+        );
+        let deadline = pools.call();
+        let (_conn, rows) = call_rows(pools, deadline, &sql, "inspect")?;
+        let holders = number::<u32>(last_value(&rows, 0))?.unwrap_or(0);
+        let info = KeyInfo::new(holders > 0, None, None);
+        Ok(if holders > 0 {
+            info.with_holders(holders, false)
+        } else {
+            info
+        })
+    }
+
+    /// Ends the session(s) that hold the key (granted entries of `pg_locks`, shared ones too),
+    /// waiting up to the I/O timeout for each to exit, so the key is free when this returns.
+    pub fn force_release(&self, pools: &Pools, prefixed: &[u8]) -> Result<bool> {
+        let id = lock_id(prefixed);
+        let deadline = pools.call();
+        let wait_ms = pools.io_timeout.as_millis().clamp(1, i64::MAX as u128);
+        let sql = format!(
+            "SELECT count(*), bool_and(t) FROM (SELECT pg_terminate_backend(pid, {wait_ms}) AS t \
+             FROM pg_locks WHERE {} AND pid <> pg_backend_pid()) s",
+            advisory_match(id)
+        );
+        let (_conn, result) = with_session(pools, deadline, |s| s.rows(&sql, deadline))?;
+        let rows = match result {
+            Ok(rows) => rows,
+            Err(e) if e.code() == Some("42501") => {
+                return Err(pools.unavailable(format!(
+                    "PostgreSQL refused to end the session that holds the advisory lock: {} — \
+                     force_release in advisory mode needs the role pg_signal_backend \
+                     (GRANT pg_signal_backend TO <role>) or membership in the holder's role",
+                    describe(&e)
+                )))
+            }
+            Err(e) => return Err(pools.failed("force release", &e)),
+        };
+        let ended = number::<u32>(last_value(&rows, 0))?.unwrap_or(0);
+        if ended > 0 && rows.last().and_then(|r| r.get(1)) != Some("t") {
+            return Err(pools.unavailable(format!(
+                "the session holding the advisory lock did not exit within {wait_ms} ms of \
+                 pg_terminate_backend; the key is freed once it does"
+            )));
+        }
+        Ok(ended > 0)
+    }
+
+    /// One attempt at a permit: the first free slot in a rotating order, all in one statement.
+    pub fn try_acquire_permit(&self, ask: &Ask, permits: Permits) -> Result<RawLease> {
+        let sql = self.permit_attempt(&ask.prefixed, permits, ask.ttl, None);
+        let deadline = ask.pools.call();
+        let (mut conn, sent, rows) = acquiring(ask.pools, deadline, "semaphore slot lock", |s| {
+            s.rows(&sql, deadline)
+        })?;
+        match unreadable_poisons(&mut conn, self.permit_granted(&rows))? {
+            Some((fence, id)) => self.permit_lease(conn, ask, id, fence, permits, sent),
+            None => Err(no_permit(ask.key, permits)),
+        }
+    }
+
+    /// Waits for a permit: waiters queue FIFO on the semaphore's queue lock (the server's lock
+    /// queue); the first LISTENs on the semaphore's channel, which a release notifies, and tries
+    /// again then. A holder whose session ended (its TTL, a crash) notifies nobody, so the first
+    /// waiter also looks every [`PERMIT_RECHECK`].
+    pub fn acquire_permit(&self, ask: &Ask, permits: Permits, wait: Duration) -> Result<RawLease> {
+        let (queue, channel) = semaphore_internal("queue", "", &ask.prefixed);
+        let until = leasehold_core::wait::deadline_after(wait);
+        let call = Deadline::for_acquire(wait, ask.pools.connect_timeout, ask.pools.io_timeout);
+        // First: a slot only if nobody waits (so a newcomer never cuts in front of waiters).
+        let first = format!(
+            "SELECT set_config('leasehold.head', pg_try_advisory_lock({queue})::text, true); {}",
+            self.permit_attempt(&ask.prefixed, permits, ask.ttl, Some(queue))
+        );
+        let (mut conn, sent, statements) =
+            acquiring(ask.pools, call, "semaphore slot lock", |s| {
+                s.statements(&first, call)
+            })?;
+        let head = statements
+            .first()
+            .and_then(|rows| last_value(rows, 0))
+            .map(|h| h == "true");
+        let rows = statements.into_iter().last().unwrap_or_default();
+        if let Some((fence, id)) = unreadable_poisons(&mut conn, self.permit_granted(&rows))? {
+            return self.permit_lease(conn, ask, id, fence, permits, sent);
+        }
+        let enter = join_queue(
+            (head == Some(true)).then_some(""),
+            queue,
+            &channel,
+            until,
+            ask.pools.io_timeout,
+        );
+        if !enter_queue(&mut conn, ask.pools, &enter, call, "wait for a permit")? {
+            return Err(no_permit(ask.key, permits));
+        }
+        let granted = wait_at_head(&mut conn, ask.pools, until, "wait for a permit", |conn| {
+            let sql = self.permit_attempt(&ask.prefixed, permits, ask.ttl, None);
+            let sent = Instant::now();
+            let rows = match conn.rows(&sql, call) {
+                Ok(rows) => rows,
+                Err(e) => return Err(ask.pools.failed("semaphore slot lock", &e)),
+            };
+            Ok(match self.permit_granted(&rows)? {
+                Some((fence, id)) => Attempt::Granted((fence, id, sent)),
+                None => Attempt::NotYet(Ok(PERMIT_RECHECK)),
+            })
+        })?;
+        let outcome = granted.ok_or_else(|| no_permit(ask.key, permits));
+        // Leaving the queue lets the next waiter move up. If it fails the session is closed,
+        // which frees the queue (and the slot: no lease is handed out then).
+        let leave = format!("UNLISTEN \"{channel}\"; SELECT pg_advisory_unlock({queue})");
+        let left = conn.rows(&leave, call).is_ok();
+        match outcome {
+            Ok((fence, id, sent)) if left => {
+                conn.poisoned = false;
+                self.permit_lease(conn, ask, id, fence, permits, sent)
+            }
+            Ok(_) => Err(ask.pools.unavailable(
+                "PostgreSQL did not answer while leaving the semaphore's queue; the permit was given back",
+            )),
+            Err(e) => {
+                conn.poisoned = !left;
+                Err(e)
+            }
+        }
+    }
+
+    /// The statement that takes the first free slot from a rotating start (`pg_try_advisory_lock`
+    /// per slot, stopping at the first granted: LIMIT 1 over a lazily filtered scan), then draws
+    /// the fence and sets the session's idle timeout. With `only_if`, only while this session
+    /// holds that advisory lock (the queue, just taken).
+    fn permit_attempt(
+        &self,
+        prefixed: &[u8],
+        permits: Permits,
+        ttl: Ttl,
+        only_if: Option<i64>,
+    ) -> String {
+        let n = permits.get();
+        let start = self.rotation.fetch_add(1, Ordering::Relaxed) % n;
+        // The gate is what the statement before set (same implicit transaction): whether it took
+        // the queue lock, that is, whether nobody waits.
+        let gate = match only_if {
+            Some(_) => "current_setting('leasehold.head', true) = 'true'",
+            None => "true",
+        };
+        let leave = match only_if {
+            Some(queue) => {
+                format!(", CASE WHEN f IS NOT NULL THEN pg_advisory_unlock({queue}) END")
+            }
+            None => String::new(),
+        };
+        format!(
+            "SELECT f, CASE WHEN f IS NOT NULL THEN set_config('idle_session_timeout', '{ms}', false) END, \
+                    id{leave} \
+             FROM (SELECT id, {fence} AS f FROM \
+                     (SELECT id FROM (SELECT {slot} AS id FROM generate_series(0, {last}) AS g(i)) q \
+                      WHERE CASE WHEN {gate} THEN pg_try_advisory_lock(id) ELSE false END LIMIT 1) s \
+                   OFFSET 0) t",
+            ms = ttl.as_millis(),
+            fence = fence_expr(self.fence_seq),
+            slot = semaphore_slot_sql(prefixed, &format!("(i + {start}) % {n}")),
+            last = n - 1,
+        )
+    }
+
+    /// `(fence, slot id)` when the attempt got a slot.
+    fn permit_granted(
+        &self,
+        rows: &[tokio_postgres::SimpleQueryRow],
+    ) -> Result<Option<(i64, i64)>> {
+        let Some(fence) = number::<i64>(last_value(rows, 0))? else {
+            return Ok(None);
+        };
+        match number::<i64>(last_value(rows, 2))? {
+            Some(id) => Ok(Some((fence, id))),
+            None => Err(Error::Internal("PostgreSQL returned no slot".into())),
+        }
+    }
+
+    /// The lease of the semaphore slot `id` that `ask` was just granted on `conn`.
+    fn permit_lease(
+        &self,
+        conn: Conn,
+        ask: &Ask,
+        id: i64,
+        fence: i64,
+        permits: Permits,
+        sent: Instant,
+    ) -> Result<RawLease> {
+        let Ask { key, ttl, .. } = *ask;
+        let (_, channel) = semaphore_internal("queue", "", &ask.prefixed);
+        Ok(self
+            .lease(conn, id, key, fence, ttl, sent, false, Some(channel))?
+            .with_kind(LeaseKind::Permit(permits)))
     }
 }
 
-/// A wait in whole milliseconds, at least 1: `lock_timeout = 0` would mean "wait forever".
-fn wait_millis(wait: Duration) -> u64 {
-    (wait.as_nanos().div_ceil(1_000_000) as u64).max(1)
+/// `answer`, the parsed answer of a statement that may have taken a lock; an answer that cannot be
+/// read poisons the session, since a lock it does not show may be held all the same.
+fn unreadable_poisons<T>(conn: &mut Conn, answer: Result<T>) -> Result<T> {
+    if answer.is_err() {
+        conn.poisoned = true;
+    }
+    answer
+}
+
+/// How often the first waiter for a permit looks again without a notification: a holder whose session
+/// ended (its TTL, a crash) gives its slot back without notifying.
+const PERMIT_RECHECK: Duration = Duration::from_millis(100);
+
+/// The release's statement: `unlock` (an advisory unlock function) of `id`, and the session's idle
+/// timeout (the lease's TTL) off again, so a session back in the pool is not ended by the server.
+/// Its first column says whether the lock was held.
+fn unlock_sql(unlock: &str, id: &str) -> String {
+    format!("SELECT {unlock}({id}), set_config('idle_session_timeout', '0', false)")
+}
+
+/// The granted `pg_locks` entries of a bigint advisory key in this database: classid = high 32 bits,
+/// objid = low 32 bits, objsubid = 1.
+fn advisory_match(id: i64) -> String {
+    let id = id as u64;
+    format!(
+        "locktype = 'advisory' AND granted \
+         AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+         AND classid = {} AND objid = {} AND objsubid = 1",
+        id >> 32,
+        id & 0xffff_ffff
+    )
+}
+
+fn no_permit(key: &Key, permits: Permits) -> Error {
+    Error::NotAcquired(format!(
+        "all {} permits of semaphore \"{key}\" are held",
+        permits.get()
+    ))
+}
+
+/// The fence, drawn once the lock is granted: the larger of the sequence's next value and the
+/// server's clock in microseconds since the epoch, so a sequence gone back with lost data (a failover
+/// to a replica that missed its last increments) is overtaken by the clock (see the crate docs).
+fn fence_expr(seq: u32) -> String {
+    format!(
+        "greatest(nextval({seq}::regclass), \
+                  floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint)"
+    )
+}
+
+/// A release or extend whose session did not answer in time. It may still hold the lock, and we
+/// cannot prove either way. So this call says `Unavailable` (the server did not answer, CONTRACT
+/// §1), and the lease counts as lost from now on: `remaining()` is zero and every later release or
+/// extend gives `Lost`. An extend's session is closed (never reused) only when the lease is released
+/// or dropped, so the server frees the lock after the caller has heard, never while it may still
+/// be relying on the lease; until then the server's idle timeout (the TTL) bounds it. A release's
+/// session is closed at once: its caller has stopped relying on the lease already.
+fn timed_out(
+    pools: &Pools,
+    lease: &mut RawLease,
+    mut held: Held,
+    what: &str,
+    e: &Failure,
+) -> Error {
+    lease.expire();
+    if what == "extend" {
+        held.conn.poisoned = true;
+        held.dead = true;
+        lease.state = Some(Box::new(held));
+    } else {
+        drop(held);
+    }
+    pools.unavailable(format!(
+        "PostgreSQL {what} failed: {}; the lease is lost",
+        describe(e)
+    ))
 }
 
 fn gone(why: &str) -> Error {
@@ -229,7 +611,7 @@ fn take_held(lease: &mut RawLease) -> Result<Option<Held>> {
     let Some(held) = lease.take_state::<Held>() else {
         return Ok(None);
     };
-    if held.pid != std::process::id() {
+    if held.pid != leasehold_core::fork::pid() {
         // The parent's session: closing it would free the parent's lock, using it would corrupt it.
         std::mem::forget(held);
         return Err(Error::Lost(

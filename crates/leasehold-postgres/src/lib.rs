@@ -38,14 +38,44 @@
 //!   holder that goes silent loses the lock after its TTL; a holder whose process dies loses it as soon
 //!   as the server sees the connection close, one whose host vanishes within about 10 s (server-side
 //!   TCP keepalives and `tcp_user_timeout`). Table: the row's `expires_at`, by the server's clock.
-//! * Fence: `nextval` of a sequence, drawn after the lock is granted, in the same round trip: the
-//!   sequence `leasehold_fence` (advisory; created if missing, in the first schema of `search_path`)
-//!   or the table's identity column. Fences increase across all keys, so per key too; they do not
-//!   start at 1 for each key.
-//! * Bounded: connect timeout on every new session; every statement runs under `statement_timeout`
-//!   (the I/O timeout, or the wait plus the I/O timeout when waiting) and `lock_timeout`; client and
-//!   server TCP keepalives and `tcp_user_timeout` notice a dead peer in seconds. Reused sessions found
-//!   dead (after a server restart, say) are replaced at once, so the same client recovers by itself.
+//! * Fence: drawn once the key is ours, in the same round trip, as
+//!   `greatest(nextval(seq), server clock in µs since the epoch)` — table mode also takes the row's
+//!   previous fence + 1 — so fences are per key strictly increasing, and in table mode they follow
+//!   the order in which the key was granted (the draw is an `UPDATE` of the row, under its lock, in
+//!   the acquiring transaction). The sequence is `leasehold_fence` (advisory; created if missing, in
+//!   the first schema of `search_path`) or the table's identity sequence. Fences are large (about
+//!   1.8·10¹⁵ today), not consecutive, and never start at 1.
+//! * One round trip per operation, advisory: `try_acquire` (lock, fence and TTL in one statement),
+//!   `release` and `extend` are statements prepared once per session and then sent as one
+//!   Bind/Execute/Sync message each, so the server neither parses nor plans them again (about as much
+//!   server time as the round trip itself); `tests/bench.rs` prints a cycle against a bare
+//!   `pg_try_advisory_lock` + `pg_advisory_unlock` pair measured in the same run.
+//! * Fences survive data loss: a failover to an asynchronous replica, or a restore, can take the
+//!   sequence back (and, in table mode, lose rows); the clock term then still gives a fence larger
+//!   than any handed out before, provided the new server's clock is not behind the old one's at the
+//!   last acquisition of the key. Limits: a step back of the server's wall clock by `S` can give a
+//!   smaller or equal fence to a key acquired again within `S` of its previous acquisition — in
+//!   advisory mode always, in table mode only if the key's row was deleted in between (released, or
+//!   swept after expiry; while the row exists its previous fence + 1 holds whatever the clock does).
+//!   Keep the servers' clocks disciplined (NTP slewing never steps back); a 1 s step back is safe
+//!   for every key not re-acquired within that second.
+//! * Bounded: every round trip has a client-side timeout (tokio-postgres on a current-thread runtime
+//!   per session, `timeout` around each call), so a stopped server (SIGSTOP: the kernel still ACKs,
+//!   keepalives never fire) gives `Unavailable` and never a hang. Each operation has one deadline
+//!   (`acquire`: wait + connect + I/O timeout; everything else: connect + I/O timeout) that the pool
+//!   checkout, the connect (host names resolved under it, by core), each statement and each retry
+//!   draw from. A session whose call timed out is closed, never reused. Every statement also runs
+//!   under the server's `statement_timeout` and `lock_timeout`; client and server TCP keepalives and
+//!   `tcp_user_timeout` notice a dead peer in seconds. Reused sessions found dead (after a server
+//!   restart, say) are replaced at once, so the same client recovers by itself.
+//! * An advisory `release` or `extend` that times out gives `Unavailable`, and the lease is lost from
+//!   then on: its session is closed (which frees the lock once the server reads the close),
+//!   `remaining()` is zero, and a later `release` or `extend` gives `Lost`. A table lease lives in
+//!   its row, not in a session: after such a timeout it is still held until its TTL, and a retry may
+//!   succeed.
+//! * Bounded state: table mode deletes a row on release, and rows of leases that expired without a
+//!   release are swept (over a second after their expiry, at most 1000 at a time, at most once a
+//!   minute per client, from `try_acquire` and `release`). Advisory mode keeps nothing per key.
 //! * One pooled session per held advisory lease and per waiter (both modes): `pool_size` (default 16)
 //!   bounds how many a client holds or waits for at once; beyond it, calls wait up to the connect
 //!   timeout and then give `Unavailable`. Each advisory lease is one server connection: mind
@@ -53,24 +83,81 @@
 //! * Conflicts never raise an error on the server (table mode) and never touch a caller's own
 //!   transaction: Leasehold uses sessions of its own, in autocommit. A wait that times out in
 //!   advisory mode is one `lock_timeout` error in the server log.
-//! * After `fork()`, a child gets sessions of its own; leases copied from the parent give `Lost` in the
-//!   child and never touch the parent's session or row.
-//! * Requires PostgreSQL 14 or later (`idle_session_timeout`). TLS (`sslmode=require`) is not built in.
+//! * After `fork()`, a child gets sessions of its own (core's pool never uses nor closes a parent's
+//!   sessions in a child); leases copied from the parent give `Lost` in the child and never touch the
+//!   parent's session or row. Sessions start no threads (a name lookup runs on a short-lived thread).
+//! * Requires PostgreSQL 14 or later (`idle_session_timeout`).
+//!
+//! # Shared locks and semaphores
+//!
+//! * Advisory: a shared lease is `pg_try_advisory_lock_shared` / `pg_advisory_lock_shared` on the
+//!   key's [`lock_id`], on a session of its own (its TTL is that session's idle timeout, so a
+//!   reader's expiry frees only its share). Writer preference comes from the server's lock
+//!   manager: a new shared request conflicts with a *waiting* exclusive one (`waitMask`), so it is
+//!   refused (try) or queued behind it (acquire).
+//! * Advisory semaphores: `permits` advisory locks, slot `i`'s id given by [`semaphore_slot_id`]
+//!   (a domain of its own, so never a lock id); an attempt takes the first free slot from a
+//!   rotating start in one statement. A permit holds its session like any advisory lease (TTL =
+//!   idle timeout; a killed holder's slot is free as soon as the server sees the close). Waiters
+//!   queue FIFO on an advisory lock of the semaphore; the first LISTENs (a release NOTIFYs) and
+//!   also looks every 100 ms, since a holder whose session ended notifies nobody.
+//! * Table: shared holders have rows in `<table>_shares` (key, token, fence, expires_at) and the
+//!   key's row in `<table>` holds the token `shared`, an expiry no earlier than any share's and
+//!   the one per-key fence; permits are rows of `<table>_permits`, counted under a transaction
+//!   advisory lock of the semaphore, expired ones reclaimed by the next acquire. Both by the
+//!   server's clock; acquire stays one round trip that never raises on conflict; waiting is
+//!   LISTEN/NOTIFY with a wake-up at the first expiry. Writer preference: waiters hold (or wait
+//!   for) the key's wait-queue advisory lock, and a new shared try takes it in shared mode for its
+//!   transaction, which fails while a writer waits.
+//! * Restore (picking up a lease by key and token) is table mode only: an advisory lock belongs
+//!   to its session. Force-release: table mode frees the row and every share (the row and its
+//!   fence stay); advisory mode ends the holding sessions with `pg_terminate_backend`, which needs
+//!   `pg_signal_backend` (or membership in the holder's role).
+//!
+//! # Least privilege (table mode)
+//!
+//! Let the table's owner create the tables once (connect once in table mode, or run the
+//! `CREATE TABLE`s of `table.rs`), then grant the application's role exactly this (for the
+//! default table `leasehold_locks`; tests/privileges.rs runs these lines with `lp_locks`):
+//!
+//! ```sql
+//! GRANT SELECT, INSERT, UPDATE, DELETE ON leasehold_locks, leasehold_locks_shares, leasehold_locks_permits TO app;
+//! GRANT USAGE ON SEQUENCE leasehold_locks_fence_seq TO app;
+//! ```
+//!
+//! The role then cannot drop, truncate or alter the tables, nor move the fence sequence, nor
+//! create tables (PostgreSQL 15+; on 14, `REVOKE CREATE ON SCHEMA public FROM PUBLIC`). Anyone who
+//! may write these tables can take or break any lock in them.
+//!
+//! # TLS
+//!
+//! rustls (ring). `sslmode=disable|prefer|require|verify-ca|verify-full` (default `prefer`, as in
+//! libpq), `sslrootcert`, `sslcert`/`sslkey`, and `password_file=`: see the `tls` module for the
+//! meanings and where they differ from libpq. A failed check says which (unknown issuer, expired,
+//! host name); errors never contain a password.
 
 mod advisory;
+mod ask;
 mod lock_id;
 mod session;
 mod table;
+mod tls;
+mod waiting;
 
-pub use lock_id::lock_id;
+pub use lock_id::{lock_id, semaphore_slot_id};
 
 use advisory::Advisory;
+use ask::Ask;
 use leasehold_core::config::{BackendConfig, PostgresLockMode};
-use leasehold_core::{Config, Error, Key, KeyInfo, LockBackend, RawLease, Result, Ttl};
-use session::{last_value, number, Conn, Pools, Session};
+use leasehold_core::Deadline;
+use leasehold_core::{
+    Config, Error, Key, KeyInfo, LeaseKind, LockBackend, RawLease, Result, Token, Ttl,
+};
+use session::{last_value, number, Conn, Failure, Pools, Session};
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use table::Table;
+use tokio_postgres::SimpleQueryRow;
 
 /// The sequence advisory mode draws fences from.
 pub const FENCE_SEQUENCE: &str = "leasehold_fence";
@@ -82,7 +169,6 @@ pub struct PostgresBackend {
     mode: Mode,
     pools: Pools,
     prefix: String,
-    io_timeout: Duration,
     describe: String,
 }
 
@@ -119,9 +205,13 @@ impl PostgresBackend {
             config.secrets(),
             // Only advisory sessions outlive a call; table mode leaves nothing on its sessions.
             pg.mode == PostgresLockMode::Advisory,
+            tls::Tls::new(pg)?,
+            pg.password.as_ref().map(|p| p.expose()),
         )?;
-        let (mut conn, version) = with_session(&pools, |s| s.rows("SHOW server_version_num"))?;
-        let version = version.map_err(|e| pools.failed("connect", &e))?;
+        // Setting up is one call: bounded by one connect and one I/O timeout in all.
+        let deadline = pools.call();
+        let (mut conn, version) =
+            call_rows(&pools, deadline, "SHOW server_version_num", "connect")?;
         let version = number::<u32>(last_value(&version, 0))?.unwrap_or(0);
         if version < MIN_SERVER_VERSION {
             return Err(Error::invalid(format!(
@@ -130,29 +220,38 @@ impl PostgresBackend {
         }
         let mode = match pg.mode {
             PostgresLockMode::Table => {
-                let table = Table::new(&pg.table, &config.prefix, config.io_timeout);
+                let mut table = Table::new(&pg.table, &config.prefix, config.io_timeout);
                 table
-                    .ensure(&mut conn)
+                    .ensure(&mut conn, deadline)
                     .map_err(|e| pools.failed(&format!("creating table {}", pg.table), &e))?;
                 Mode::Table(table)
             }
-            _ => Mode::Advisory(Advisory {
-                fence_seq: fence_sequence(&mut conn).map_err(|e| {
+            _ => Mode::Advisory(Advisory::new(fence_sequence(&mut conn, deadline).map_err(
+                |e| {
                     pools.unavailable(format!(
                         "cannot find or create the sequence {FENCE_SEQUENCE} (create it once with \
                          `CREATE SEQUENCE {FENCE_SEQUENCE}` and grant USAGE on it): {}",
                         session::describe(&e)
                     ))
-                })?,
-            }),
+                },
+            )?)),
         };
         Ok(PostgresBackend {
             mode,
             pools,
             prefix: config.prefix.clone(),
-            io_timeout: config.io_timeout,
             describe: config.describe(),
         })
+    }
+
+    /// The acquire of `key` for `ttl` that the mode methods take.
+    fn ask<'a>(&'a self, key: &'a Key, ttl: Ttl) -> Ask<'a> {
+        Ask {
+            pools: &self.pools,
+            key,
+            prefixed: key.prefixed(&self.prefix),
+            ttl,
+        }
     }
 }
 
@@ -165,10 +264,10 @@ impl LockBackend for PostgresBackend {
     }
 
     fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<RawLease> {
-        let prefixed = key.prefixed(&self.prefix);
+        let ask = self.ask(key, ttl);
         match &self.mode {
-            Mode::Advisory(a) => a.try_acquire(&self.pools, &prefixed, key, ttl),
-            Mode::Table(t) => t.try_acquire(&self.pools, &prefixed, key, ttl),
+            Mode::Advisory(a) => a.try_acquire(&ask, false),
+            Mode::Table(t) => t.try_acquire(&ask),
         }
     }
 
@@ -176,10 +275,78 @@ impl LockBackend for PostgresBackend {
         if wait.is_zero() {
             return self.try_acquire(key, ttl);
         }
+        let ask = self.ask(key, ttl);
+        match &self.mode {
+            Mode::Advisory(a) => a.acquire(&ask, wait, false),
+            Mode::Table(t) => t.acquire(&ask, wait),
+        }
+    }
+
+    fn try_acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl) -> Result<RawLease> {
+        if kind == LeaseKind::Exclusive {
+            return self.try_acquire(key, ttl);
+        }
+        let ask = self.ask(key, ttl);
+        match (&self.mode, kind) {
+            (Mode::Advisory(a), LeaseKind::Shared) => a.try_acquire(&ask, true),
+            (Mode::Advisory(a), LeaseKind::Permit(n)) => a.try_acquire_permit(&ask, n),
+            (Mode::Table(t), LeaseKind::Shared) => t.try_acquire_shared(&ask),
+            (Mode::Table(t), LeaseKind::Permit(n)) => t.try_acquire_permit(&ask, n),
+            (_, other) => Err(Error::invalid(format!(
+                "the {} backend does not offer {} leases",
+                self.name(),
+                other.name()
+            ))),
+        }
+    }
+
+    fn acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl, wait: Duration) -> Result<RawLease> {
+        if wait.is_zero() {
+            return self.try_acquire_as(key, kind, ttl);
+        }
+        if kind == LeaseKind::Exclusive {
+            return self.acquire(key, ttl, wait);
+        }
+        let ask = self.ask(key, ttl);
+        match (&self.mode, kind) {
+            (Mode::Advisory(a), LeaseKind::Shared) => a.acquire(&ask, wait, true),
+            (Mode::Advisory(a), LeaseKind::Permit(n)) => a.acquire_permit(&ask, n, wait),
+            (Mode::Table(t), LeaseKind::Shared) => t.acquire_shared(&ask, wait),
+            (Mode::Table(t), LeaseKind::Permit(n)) => t.acquire_permit(&ask, n, wait),
+            (_, other) => Err(Error::invalid(format!(
+                "the {} backend does not offer {} leases",
+                self.name(),
+                other.name()
+            ))),
+        }
+    }
+
+    fn inspect_as(&self, key: &Key, kind: LeaseKind) -> Result<KeyInfo> {
+        let prefixed = key.prefixed(&self.prefix);
+        match (&self.mode, kind) {
+            (Mode::Advisory(a), LeaseKind::Permit(n)) => {
+                a.inspect_permits(&self.pools, &prefixed, n)
+            }
+            (Mode::Table(t), LeaseKind::Permit(_)) => t.inspect_permits(&self.pools, &prefixed),
+            _ => self.inspect(key),
+        }
+    }
+
+    fn restore(&self, key: &Key, token: Token) -> Result<RawLease> {
+        match &self.mode {
+            Mode::Advisory(_) => Err(Error::invalid(
+                "PostgreSQL advisory locks belong to the session that took them, so another process \
+                 cannot restore one: use ?lock=table (the lease then lives in a row)",
+            )),
+            Mode::Table(t) => t.restore(&self.pools, &key.prefixed(&self.prefix), key, token),
+        }
+    }
+
+    fn force_release(&self, key: &Key) -> Result<bool> {
         let prefixed = key.prefixed(&self.prefix);
         match &self.mode {
-            Mode::Advisory(a) => a.acquire(&self.pools, &prefixed, key, ttl, wait, self.io_timeout),
-            Mode::Table(t) => t.acquire(&self.pools, &prefixed, key, ttl, wait, self.io_timeout),
+            Mode::Advisory(a) => a.force_release(&self.pools, &prefixed),
+            Mode::Table(t) => t.force_release(&self.pools, &prefixed),
         }
     }
 
@@ -206,24 +373,25 @@ impl LockBackend for PostgresBackend {
     }
 }
 
-/// Runs `f` on a pooled session. A reused session found dead (made stale by a server restart, say)
-/// is dropped and `f` run again on the next one, so one client recovers by itself; a fresh session
-/// that fails ends the attempts. Whatever a dead session held died with it, so another attempt never
-/// doubles a lock. Returns the session with the outcome.
+/// Runs `f` on a pooled session checked out by `deadline`. A reused session found dead (made stale by
+/// a server restart, say) is dropped and `f` run again on the next one, so one client recovers by
+/// itself; a fresh session that fails, or any timeout, ends the attempts. Whatever a dead session held
+/// died with it, so another attempt never doubles a lock. Returns the session with the outcome.
 pub(crate) fn with_session<T>(
     pools: &Pools,
-    mut f: impl FnMut(&mut Session) -> std::result::Result<T, postgres::Error>,
-) -> Result<(Conn, std::result::Result<T, postgres::Error>)> {
+    deadline: Deadline,
+    mut f: impl FnMut(&mut Session) -> std::result::Result<T, Failure>,
+) -> Result<(Conn, std::result::Result<T, Failure>)> {
     // Every idle session of the pool may be stale, and one fresh one follows them.
     let mut attempts = pools.size() + 1;
     loop {
-        let mut conn = pools.get()?;
+        let mut conn = pools.get(deadline)?;
         let reused = conn.reused;
         let outcome = f(&mut conn);
         conn.reused = true;
         attempts = attempts.saturating_sub(1);
         match outcome {
-            Err(e) if reused && attempts > 0 && conn.is_gone(&e) => {
+            Err(e) if reused && attempts > 0 && conn.was_stale(&e) && !deadline.is_past() => {
                 conn.poisoned = true;
             }
             other => return Ok((conn, other)),
@@ -231,21 +399,78 @@ pub(crate) fn with_session<T>(
     }
 }
 
+/// `sql` on a pooled session ([`with_session`]) by `deadline`, a failure `Unavailable` saying `what`
+/// failed: most calls that take no lock are just this. Returns the session with the answer.
+pub(crate) fn call_rows(
+    pools: &Pools,
+    deadline: Deadline,
+    sql: &str,
+    what: &str,
+) -> Result<(Conn, Vec<SimpleQueryRow>)> {
+    let (conn, result) = with_session(pools, deadline, |s| s.rows(sql, deadline))?;
+    let rows = result.map_err(|e| pools.failed(what, &e))?;
+    Ok((conn, rows))
+}
+
+/// What a [`timed`] call gives: the session, and its answer with the moment it was sent.
+pub(crate) type Timed<T> = (Conn, std::result::Result<(Instant, T), Failure>);
+
+/// [`with_session`] for a call whose lease or extension counts from when it was sent: `sent` is taken
+/// just before each try of `f`, so a TTL is never dated after the server could have started it.
+pub(crate) fn timed<T>(
+    pools: &Pools,
+    deadline: Deadline,
+    mut f: impl FnMut(&mut Session) -> std::result::Result<T, Failure>,
+) -> Result<Timed<T>> {
+    with_session(pools, deadline, |s| {
+        let sent = Instant::now();
+        f(s).map(|x| (sent, x))
+    })
+}
+
+/// A [`timed`] call that may take a lock on its session. The lock may have been granted before an
+/// error, so a session whose call failed is never reused (poisoned); the error is `Unavailable`,
+/// saying `what` failed.
+pub(crate) fn acquiring<T>(
+    pools: &Pools,
+    deadline: Deadline,
+    what: &str,
+    f: impl FnMut(&mut Session) -> std::result::Result<T, Failure>,
+) -> Result<(Conn, Instant, T)> {
+    let (mut conn, outcome) = timed(pools, deadline, f)?;
+    match outcome {
+        Ok((sent, x)) => Ok((conn, sent, x)),
+        Err(e) => {
+            conn.poisoned = true;
+            Err(pools.failed(what, &e))
+        }
+    }
+}
+
+/// Whether a `CREATE … IF NOT EXISTS` failed only because another client created the same object
+/// at the same moment: `IF NOT EXISTS` does not cover a concurrent creation, which ends in a unique
+/// violation on the catalog (23505), the relation (42P07) or its row type (42710, seen with 8
+/// processes connecting at once).
+pub(crate) fn created_meanwhile(e: &Failure) -> bool {
+    e.code()
+        .is_some_and(|c| ["23505", "42P07", "42710"].contains(&c))
+}
+
 /// The OID of the fence sequence, created if missing.
-fn fence_sequence(session: &mut Session) -> std::result::Result<u32, postgres::Error> {
+fn fence_sequence(session: &mut Session, deadline: Deadline) -> std::result::Result<u32, Failure> {
     let find = format!("SELECT to_regclass('{FENCE_SEQUENCE}')::oid");
-    if let Some(oid) = last_value(&session.rows(&find)?, 0).and_then(|t| t.parse().ok()) {
+    if let Some(oid) = last_value(&session.rows(&find, deadline)?, 0).and_then(|t| t.parse().ok()) {
         return Ok(oid);
     }
-    match session.rows(&format!("CREATE SEQUENCE IF NOT EXISTS {FENCE_SEQUENCE}")) {
+    match session.rows(
+        &format!("CREATE SEQUENCE IF NOT EXISTS {FENCE_SEQUENCE}"),
+        deadline,
+    ) {
         Ok(_) => {}
-        // Another client created it at the same moment.
-        Err(e)
-            if e.code()
-                .is_some_and(|c| ["23505", "42P07"].contains(&c.code())) => {}
+        Err(e) if created_meanwhile(&e) => {}
         Err(e) => return Err(e),
     }
-    let rows = session.rows(&find)?;
+    let rows = session.rows(&find, deadline)?;
     Ok(last_value(&rows, 0)
         .and_then(|t| t.parse().ok())
         .unwrap_or(0))

@@ -1,12 +1,33 @@
-//! Database sessions: the pool that hands them out (core's, which starts no threads and so stays
-//! usable after `fork()`), how each is set up so every statement is
-//! bounded, and how driver errors become Leasehold errors.
+//! Database sessions: the pool that hands them out (core's, which starts no threads and is
+//! fork-aware), how each is set up so every statement is bounded, and how driver errors become
+//! Leasehold errors.
+//!
+//! # Why every round trip has a client-side timeout
+//!
+//! Server-side `statement_timeout`, TCP keepalives and `tcp_user_timeout` do not help when the server
+//! is stopped (SIGSTOP, a VM paused, a process wedged): the kernel still ACKs every packet and answers
+//! keepalives, so the socket never fails and a blocking driver waits forever. So each session is
+//! `tokio-postgres` driven by a current-thread tokio runtime of its own (no worker threads: nothing
+//! is running between calls and nothing breaks after `fork()`), and every call is
+//! `block_on(timeout(…))` with a budget drawn from the operation's [`Deadline`]. A session whose call
+//! timed out is never reused: it may still have the statement in flight, or hold what it took.
 
+use crate::tls::{Connector, Tls};
+use leasehold_core::config::PostgresSslMode;
 use leasehold_core::pool::{ManageConnection, Pool, PoolError, PooledConnection};
-use leasehold_core::{Error, Result};
-use postgres::{Client, NoTls, SimpleQueryMessage, SimpleQueryRow};
-use std::sync::Mutex;
+use leasehold_core::{Deadline, Error, Result};
+use std::net::SocketAddr;
 use std::time::Duration;
+use tokio::runtime::Runtime;
+use tokio::sync::mpsc;
+use tokio_postgres::config::Host;
+use tokio_postgres::config::SslMode;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{
+    AsyncMessage, Client, Connection, Row, SimpleQueryMessage, SimpleQueryRow, Statement,
+};
+
+pub(crate) use tokio_postgres::Notification;
 
 /// How long the server lets a client's TCP connection stay silent (unacknowledged data, or failed
 /// keepalives) before it ends the session and so frees its advisory locks: a holder whose host
@@ -15,39 +36,264 @@ pub(crate) const SERVER_DEAD_PEER: Duration = Duration::from_secs(10);
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(5);
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
 const KEEPALIVE_RETRIES: u32 = 5;
+/// How long dropping a healthy session waits for its Terminate message to go out (a local socket
+/// write): the server then logs a clean disconnect instead of an unexpected EOF.
+const CLOSE_GRACE: Duration = Duration::from_millis(50);
+
+/// How many statements a session keeps prepared.
+pub(crate) const PREPARED_SLOTS: usize = 5;
+
+/// A statement that sessions prepare once and keep, under a slot of their own (below
+/// [`PREPARED_SLOTS`]). A session belongs to one backend's pool, so one slot always holds one text.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    pub slot: usize,
+    pub sql: String,
+}
+
+/// Why a round trip failed.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// The driver's error: the server's, or the connection's.
+    Pg(tokio_postgres::Error),
+    /// No answer within the budget; the session is poisoned.
+    TimedOut(Duration),
+    /// The connection ended while we waited for a notification.
+    Closed,
+}
+
+impl Failure {
+    /// The SQLSTATE of a server error.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            Failure::Pg(e) => e.code().map(|c| c.code()),
+            Failure::TimedOut(_) | Failure::Closed => None,
+        }
+    }
+
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Failure::TimedOut(_))
+    }
+}
+
+impl From<tokio_postgres::Error> for Failure {
+    fn from(e: tokio_postgres::Error) -> Self {
+        Failure::Pg(e)
+    }
+}
 
 /// One pooled session. `poisoned` makes the pool close it instead of reusing it, for a session that may
-/// hold an advisory lock or a LISTEN that nobody tracks any more.
+/// hold an advisory lock or a LISTEN that nobody tracks any more, or whose call timed out.
 pub(crate) struct Session {
-    pub client: Client,
+    /// `None` only during drop. Declared (and dropped) before the runtime.
+    client: Option<Client>,
+    runtime: Option<Runtime>,
+    notifications: mpsc::UnboundedReceiver<Notification>,
+    /// Statements prepared on this session, by [`Prepared::slot`]: a handful (the advisory hot path),
+    /// each parsed and planned once per session instead of once per call.
+    prepared: [Option<Statement>; PREPARED_SLOTS],
+    /// The task that runs the connection.
+    driver: Option<tokio::task::JoinHandle<()>>,
+    io_timeout: Duration,
     pub poisoned: bool,
     /// Whether a statement ran on it before: only such a session can be stale.
     pub reused: bool,
+    /// A call on it timed out: it must not even be given time to close.
+    timed_out: bool,
 }
 
 impl Session {
-    /// Runs `sql` with the simple query protocol (several statements, one round trip) and returns the
-    /// rows of every statement, in order.
-    pub fn rows(&mut self, sql: &str) -> Result<Vec<SimpleQueryRow>, postgres::Error> {
+    fn client(&self) -> &Client {
+        self.client.as_ref().expect("client present until drop")
+    }
+
+    /// Runs `sql` (simple query protocol: several statements, one round trip) within the I/O timeout
+    /// or what is left of `deadline`, whichever is shorter.
+    pub fn rows(&mut self, sql: &str, deadline: Deadline) -> Result<Vec<SimpleQueryRow>, Failure> {
+        let budget = deadline.cap(self.io_timeout);
+        self.rows_within(sql, budget)
+    }
+
+    /// Like [`Session::rows`], for a statement that waits on the server (a lock queue) and may take
+    /// all that is left of `deadline`.
+    pub fn rows_waiting(
+        &mut self,
+        sql: &str,
+        deadline: Deadline,
+    ) -> Result<Vec<SimpleQueryRow>, Failure> {
+        self.rows_within(sql, deadline.remaining())
+    }
+
+    fn rows_within(&mut self, sql: &str, budget: Duration) -> Result<Vec<SimpleQueryRow>, Failure> {
         Ok(self
-            .client
-            .simple_query(sql)?
+            .statements_within(sql, budget)?
             .into_iter()
-            .filter_map(|m| match m {
-                SimpleQueryMessage::Row(r) => Some(r),
-                _ => None,
-            })
+            .flatten()
             .collect())
     }
 
-    /// Whether the session died (closed, terminated by an administrator or by its idle timeout, or
-    /// its connection failed): anything it held on the server is gone with it.
-    pub fn is_gone(&self, e: &postgres::Error) -> bool {
-        self.client.is_closed() || e.is_closed() || is_fatal(e)
+    /// Like [`Session::rows`], with the rows of each statement apart (one list per statement).
+    pub fn statements(
+        &mut self,
+        sql: &str,
+        deadline: Deadline,
+    ) -> Result<Vec<Vec<SimpleQueryRow>>, Failure> {
+        let budget = deadline.cap(self.io_timeout);
+        self.statements_within(sql, budget)
+    }
+
+    fn statements_within(
+        &mut self,
+        sql: &str,
+        budget: Duration,
+    ) -> Result<Vec<Vec<SimpleQueryRow>>, Failure> {
+        if budget.is_zero() {
+            // Sending it would leave the statement running with nobody to read its answer.
+            return Err(Failure::TimedOut(budget));
+        }
+        let client = self.client.as_ref().expect("client present until drop");
+        let runtime = self.runtime.as_ref().expect("runtime present until drop");
+        let outcome = runtime
+            .block_on(async { tokio::time::timeout(budget, client.simple_query(sql)).await });
+        match outcome {
+            Ok(Ok(messages)) => {
+                let mut statements = vec![Vec::new()];
+                for m in messages {
+                    match m {
+                        SimpleQueryMessage::Row(r) => {
+                            statements.last_mut().expect("never empty").push(r)
+                        }
+                        SimpleQueryMessage::CommandComplete(_) => statements.push(Vec::new()),
+                        _ => {}
+                    }
+                }
+                statements.pop();
+                Ok(statements)
+            }
+            Ok(Err(e)) => Err(Failure::Pg(e)),
+            Err(_) => {
+                self.timed_out = true;
+                self.poisoned = true;
+                Err(Failure::TimedOut(budget))
+            }
+        }
+    }
+
+    /// Runs one prepared statement with `params` (extended protocol: Bind, Execute and Sync in one
+    /// message, so one round trip) within the I/O timeout or what is left of `deadline`. The first
+    /// call of a statement on a session prepares it first, under the same bound. A statement is one
+    /// implicit transaction, exactly as the same text sent as a simple query.
+    pub fn query(
+        &mut self,
+        statement: &Prepared,
+        params: &[&(dyn ToSql + Sync)],
+        deadline: Deadline,
+    ) -> Result<Vec<Row>, Failure> {
+        let budget = deadline.cap(self.io_timeout);
+        if budget.is_zero() {
+            return Err(Failure::TimedOut(budget));
+        }
+        let client = self.client.as_ref().expect("client present until drop");
+        let runtime = self.runtime.as_ref().expect("runtime present until drop");
+        let slot = &mut self.prepared[statement.slot];
+        let outcome = runtime.block_on(async {
+            tokio::time::timeout(budget, async {
+                let prepared = match slot {
+                    Some(prepared) => prepared.clone(),
+                    None => slot.insert(client.prepare(&statement.sql).await?).clone(),
+                };
+                client.query(&prepared, params).await
+            })
+            .await
+        });
+        match outcome {
+            Ok(Ok(rows)) => Ok(rows),
+            Ok(Err(e)) => {
+                // The server no longer has our prepared statements (a `DISCARD ALL` or
+                // `DEALLOCATE` by a pooler, say): this session's cache is wrong for every later
+                // call, so it is not reused.
+                if e.code().is_some_and(|c| c.code() == "26000") {
+                    self.poisoned = true;
+                }
+                Err(Failure::Pg(e))
+            }
+            Err(_) => {
+                self.timed_out = true;
+                self.poisoned = true;
+                Err(Failure::TimedOut(budget))
+            }
+        }
+    }
+
+    /// Drops notifications received so far (including those that reached the socket but were not
+    /// read yet).
+    pub fn drain_notifications(&mut self) {
+        if let Some(runtime) = &self.runtime {
+            // One turn of the connection task reads whatever the socket holds.
+            runtime.block_on(tokio::task::yield_now());
+        }
+        while self.notifications.try_recv().is_ok() {}
+    }
+
+    /// Waits up to `nap` for a notification. `Ok(true)` when one came, `Ok(false)` when the nap ended,
+    /// an error when the connection closed.
+    pub fn wait_notification(&mut self, nap: Duration) -> Result<bool, Failure> {
+        let runtime = self.runtime.as_ref().expect("runtime present until drop");
+        let notifications = &mut self.notifications;
+        let woke =
+            runtime.block_on(async { tokio::time::timeout(nap, notifications.recv()).await });
+        match woke {
+            Ok(Some(_)) => Ok(true),
+            Ok(None) => Err(Failure::Closed),
+            Err(_) => Ok(false),
+        }
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.client().is_closed()
+    }
+
+    /// Whether the session died (closed, terminated by an administrator or by its idle timeout, its
+    /// connection failed, or a call on it timed out): anything it held on the server is gone with it,
+    /// or will be once the server notices the closed connection.
+    pub fn is_gone(&self, e: &Failure) -> bool {
+        match e {
+            Failure::TimedOut(_) | Failure::Closed => true,
+            Failure::Pg(e) => self.is_closed() || e.is_closed() || is_fatal(e),
+        }
+    }
+
+    /// Whether `e` says the session was dead before the statement ran, so running it again on another
+    /// session cannot double anything. A timeout is not: the statement may have run.
+    pub fn was_stale(&self, e: &Failure) -> bool {
+        match e {
+            Failure::TimedOut(_) => false,
+            Failure::Closed => true,
+            Failure::Pg(e) => self.is_closed() || e.is_closed() || is_fatal(e),
+        }
     }
 }
 
-fn is_fatal(e: &postgres::Error) -> bool {
+impl Drop for Session {
+    fn drop(&mut self) {
+        let client = self.client.take();
+        let Some(runtime) = self.runtime.take() else {
+            return;
+        };
+        drop(client);
+        if let (false, Some(driver)) = (self.timed_out, self.driver.take()) {
+            // With the client gone the connection task sends Terminate and ends: give it a moment.
+            let grace = CLOSE_GRACE.min(self.io_timeout);
+            runtime.block_on(async move {
+                let _ = tokio::time::timeout(grace, driver).await;
+            });
+        }
+        // Never blocks, whatever the connection task is waiting for.
+        runtime.shutdown_background();
+    }
+}
+
+fn is_fatal(e: &tokio_postgres::Error) -> bool {
     e.code().is_some_and(|c| {
         let c = c.code();
         c.starts_with("57P") || c.starts_with("08")
@@ -55,41 +301,265 @@ fn is_fatal(e: &postgres::Error) -> bool {
 }
 
 pub(crate) struct SessionManager {
-    config: postgres::Config,
+    config: tokio_postgres::Config,
+    tls: Tls,
     setup: String,
+    io_timeout: Duration,
 }
 
 impl ManageConnection for SessionManager {
     type Connection = Session;
-    type Error = postgres::Error;
+    type Error = ConnectError;
 
-    fn connect(&self) -> Result<Session, postgres::Error> {
-        let mut client = self.config.connect(NoTls)?;
-        if !self.setup.is_empty() {
-            client.batch_execute(&self.setup)?;
-        }
-        Ok(Session {
-            client,
+    fn connect(&self, budget: Duration) -> Result<Session, ConnectError> {
+        let budget = match self.config.get_connect_timeout() {
+            Some(given) if !given.is_zero() => budget.min(*given),
+            _ => budget,
+        };
+        let deadline = Deadline::after(budget);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()
+            .map_err(|e| ConnectError::Other(format!("cannot build a tokio runtime: {e}")))?;
+        let (tx, notifications) = mpsc::unbounded_channel();
+        let client = runtime.block_on(async {
+            match tokio::time::timeout(budget, self.open(deadline, tx)).await {
+                Ok(outcome) => outcome,
+                Err(_) => Err(ConnectError::TimedOut(budget)),
+            }
+        });
+        let (client, driver) = match client {
+            Ok(opened) => opened,
+            Err(e) => {
+                runtime.shutdown_background();
+                return Err(e);
+            }
+        };
+        let mut session = Session {
+            client: Some(client),
+            runtime: Some(runtime),
+            notifications,
+            prepared: Default::default(),
+            driver: Some(driver),
+            io_timeout: self.io_timeout,
             poisoned: false,
             reused: false,
-        })
+            timed_out: false,
+        };
+        if !self.setup.is_empty() {
+            session
+                .rows_within(&self.setup, deadline.remaining())
+                .map_err(|e| match e {
+                    Failure::Pg(e) => ConnectError::Pg(e),
+                    Failure::TimedOut(_) => ConnectError::TimedOut(budget),
+                    Failure::Closed => ConnectError::Other("the connection closed".into()),
+                })?;
+        }
+        Ok(session)
     }
 
     fn has_broken(&self, session: &mut Session) -> bool {
-        session.poisoned || session.client.is_closed()
+        session.poisoned || session.is_closed()
+    }
+
+    /// A refused certificate, a failed login or a missing database stays so until someone changes
+    /// the configuration; a refused or silent connect (a restart) may not.
+    fn is_permanent(&self, error: &ConnectError) -> bool {
+        let ConnectError::Pg(e) = error else {
+            return false;
+        };
+        if let Some(code) = e.code() {
+            let code = code.code();
+            return code.starts_with("28") || code == "3D000";
+        }
+        std::error::Error::source(e).is_some_and(|cause| cause.is::<crate::tls::TlsError>())
+    }
+}
+
+impl SessionManager {
+    /// Opens the connection to the first host that answers and spawns its driver task.
+    async fn open(
+        &self,
+        deadline: Deadline,
+        tx: mpsc::UnboundedSender<Notification>,
+    ) -> Result<Opened, ConnectError> {
+        let hosts = self.config.get_hosts();
+        let hostaddrs = self.config.get_hostaddrs();
+        let ports = self.config.get_ports();
+        let count = hosts.len().max(hostaddrs.len());
+        let mut last = ConnectError::Other("no host to connect to".into());
+        for i in 0..count {
+            let port = ports
+                .get(i)
+                .or_else(|| ports.first())
+                .copied()
+                .unwrap_or(5432);
+            let outcome = match (hostaddrs.get(i), hosts.get(i)) {
+                (Some(ip), host) => {
+                    // TLS checks the host name when the URL gives one beside hostaddr.
+                    let name = match host {
+                        Some(Host::Tcp(name)) => name.clone(),
+                        _ => ip.to_string(),
+                    };
+                    self.open_tcp(&[SocketAddr::new(*ip, port)], &name, tx.clone())
+                        .await
+                }
+                (None, Some(Host::Tcp(name))) => {
+                    // Names resolve on a thread of core's under the deadline, never on tokio's
+                    // blocking pool (unbounded, and threads of its own).
+                    match leasehold_core::resolve::resolve(name, port, deadline) {
+                        Ok(addrs) => self.open_tcp(&addrs, name, tx.clone()).await,
+                        Err(e) => Err(ConnectError::Other(e.to_string())),
+                    }
+                }
+                (None, Some(Host::Unix(dir))) => {
+                    let path = dir.join(format!(".s.PGSQL.{port}"));
+                    // As libpq: no TLS over a Unix socket, whatever sslmode says.
+                    let mut plain = self.config.clone();
+                    plain.ssl_mode(SslMode::Disable);
+                    match tokio::net::UnixStream::connect(&path).await {
+                        Ok(stream) => {
+                            self.handshake(&plain, stream, Connector::plain(), tx.clone())
+                                .await
+                        }
+                        Err(e) => Err(ConnectError::Other(format!("{}: {e}", path.display()))),
+                    }
+                }
+                (None, None) => continue,
+            };
+            match outcome {
+                Ok(client) => return Ok(client),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    async fn open_tcp(
+        &self,
+        addrs: &[SocketAddr],
+        host: &str,
+        tx: mpsc::UnboundedSender<Notification>,
+    ) -> Result<Opened, ConnectError> {
+        let connector = || self.tls.connector(host).map_err(ConnectError::Other);
+        let mut last = ConnectError::Other("the host has no addresses".into());
+        for addr in addrs {
+            let stream = match tokio::net::TcpStream::connect(addr).await {
+                Ok(s) => s,
+                Err(e) => {
+                    last = ConnectError::Other(format!("{addr}: {e}"));
+                    continue;
+                }
+            };
+            if let Err(e) = self.tune(&stream) {
+                last = ConnectError::Other(format!("{addr}: setting socket options: {e}"));
+                continue;
+            }
+            match self
+                .handshake(&self.config, stream, connector()?, tx.clone())
+                .await
+            {
+                Ok(client) => return Ok(client),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// TCP_NODELAY, keepalives and `tcp_user_timeout` as the configuration says, as libpq would.
+    fn tune(&self, stream: &tokio::net::TcpStream) -> std::io::Result<()> {
+        stream.set_nodelay(true)?;
+        let socket = socket2::SockRef::from(stream);
+        if self.config.get_keepalives() {
+            let mut keepalive =
+                socket2::TcpKeepalive::new().with_time(self.config.get_keepalives_idle());
+            if let Some(interval) = self.config.get_keepalives_interval() {
+                keepalive = keepalive.with_interval(interval);
+            }
+            if let Some(retries) = self.config.get_keepalives_retries() {
+                keepalive = keepalive.with_retries(retries);
+            }
+            socket.set_tcp_keepalive(&keepalive)?;
+        }
+        if let Some(timeout) = self.config.get_tcp_user_timeout() {
+            socket.set_tcp_user_timeout(Some(*timeout))?;
+        }
+        Ok(())
+    }
+
+    async fn handshake<S>(
+        &self,
+        config: &tokio_postgres::Config,
+        stream: S,
+        tls: Connector,
+        tx: mpsc::UnboundedSender<Notification>,
+    ) -> Result<Opened, ConnectError>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let (client, connection) = config
+            .connect_raw(stream, tls)
+            .await
+            .map_err(ConnectError::Pg)?;
+        let driver = tokio::spawn(drive(connection, tx));
+        Ok((client, driver))
+    }
+}
+
+type Opened = (Client, tokio::task::JoinHandle<()>);
+
+/// Runs the connection (it only makes progress while a call is in `block_on`), forwarding
+/// LISTEN notifications to the session.
+async fn drive<S, T>(mut connection: Connection<S, T>, tx: mpsc::UnboundedSender<Notification>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    loop {
+        match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+            Some(Ok(AsyncMessage::Notification(n))) => {
+                let _ = tx.send(n);
+            }
+            Some(Ok(_)) => {}
+            Some(Err(e)) => {
+                tracing::debug!(error = %e, "PostgreSQL connection failed");
+                return;
+            }
+            None => return,
+        }
+    }
+}
+
+/// Why a session could not be opened.
+#[derive(Debug)]
+pub(crate) enum ConnectError {
+    Pg(tokio_postgres::Error),
+    TimedOut(Duration),
+    Other(String),
+}
+
+impl std::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnectError::Pg(e) => f.write_str(&describe_pg(e)),
+            ConnectError::TimedOut(d) => write!(
+                f,
+                "no answer from the server within {} ms (connect, startup and setup)",
+                d.as_millis()
+            ),
+            ConnectError::Other(s) => f.write_str(s),
+        }
     }
 }
 
 pub(crate) type Conn = PooledConnection<SessionManager>;
 
-/// The pool, rebuilt in a child after `fork()`: the parent's sessions must never be used (nor closed)
-/// by the child.
 pub(crate) struct Pools {
-    current: Mutex<(u32, Pool<SessionManager>)>,
-    config: postgres::Config,
-    setup: String,
+    pool: Pool<SessionManager>,
     size: u32,
-    checkout: Duration,
+    pub connect_timeout: Duration,
+    pub io_timeout: Duration,
     pub secrets: Vec<String>,
 }
 
@@ -102,6 +572,7 @@ impl std::fmt::Debug for Pools {
 }
 
 impl Pools {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         connection: &str,
         connect_timeout: Duration,
@@ -109,18 +580,33 @@ impl Pools {
         size: u32,
         secrets: Vec<String>,
         session_settings: bool,
+        tls: Tls,
+        password: Option<&str>,
     ) -> Result<Pools> {
-        let mut config: postgres::Config = connection.parse().map_err(|e: postgres::Error| {
-            Error::invalid(leasehold_core::secret::redact(
-                &format!("bad PostgreSQL connection parameters: {}", describe(&e)),
-                &secrets.iter().map(String::as_str).collect::<Vec<_>>(),
-            ))
-        })?;
+        let mut config: tokio_postgres::Config =
+            connection.parse().map_err(|e: tokio_postgres::Error| {
+                Error::invalid(format!(
+                    "bad PostgreSQL connection parameters: {}",
+                    describe_pg(&e)
+                ))
+                .redacted(&secrets)
+            })?;
         let given = |name: &str| {
             connection
                 .split_once('?')
                 .is_some_and(|(_, q)| q.split('&').any(|p| p.split('=').next() == Some(name)))
+                || connection
+                    .split_whitespace()
+                    .any(|p| p.split('=').next() == Some(name))
         };
+        config.ssl_mode(match tls.mode {
+            PostgresSslMode::Disable => SslMode::Disable,
+            PostgresSslMode::Prefer => SslMode::Prefer,
+            _ => SslMode::Require,
+        });
+        if let Some(password) = password {
+            config.password(password);
+        }
         if !given("connect_timeout") {
             config.connect_timeout(connect_timeout);
         }
@@ -144,6 +630,10 @@ impl Pools {
         if !given("application_name") {
             config.application_name("leasehold");
         }
+        if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
+            // libpq's default.
+            config.host("localhost");
+        }
         let io_ms = io_timeout.as_millis().max(1);
         // Defaults for every statement of a session that holds advisory locks; calls that wait set
         // their own with SET LOCAL. The server-side TCP settings make the server notice a dead client
@@ -161,41 +651,44 @@ impl Pools {
                 SERVER_DEAD_PEER.as_millis()
             )
         };
-        let pool = build(&config, &setup, size);
-        Ok(Pools {
-            current: Mutex::new((std::process::id(), pool)),
-            config,
-            setup,
+        // Sessions are opened on demand; a stale one (server restarted) is found by the statement
+        // itself and retried on a fresh one, since a test query per checkout would cost a round trip
+        // per call. The pool itself leaves a parent's sessions alone in a child after fork().
+        let pool = Pool::new(
+            SessionManager {
+                config,
+                tls,
+                setup,
+                io_timeout,
+            },
             size,
-            checkout: connect_timeout,
+        );
+        Ok(Pools {
+            pool,
+            size,
+            connect_timeout,
+            io_timeout,
             secrets,
         })
     }
 
-    /// A session from the pool, waiting at most the connect timeout.
-    pub fn get(&self) -> Result<Conn> {
-        let pool = {
-            let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
-            let pid = std::process::id();
-            if current.0 != pid {
-                let fresh = build(&self.config, &self.setup, self.size);
-                let inherited = std::mem::replace(&mut current.1, fresh);
-                // Dropping it would close the parent's sessions (and free the parent's locks).
-                std::mem::forget(inherited);
-                current.0 = pid;
-            }
-            current.1.clone()
-        };
-        pool.get_timeout(self.checkout).map_err(|e| match e {
+    /// The deadline of a call that does not wait.
+    pub fn call(&self) -> Deadline {
+        Deadline::for_call(self.connect_timeout, self.io_timeout)
+    }
+
+    /// A session from the pool, by `deadline`.
+    pub fn get(&self, deadline: Deadline) -> Result<Conn> {
+        let started = std::time::Instant::now();
+        self.pool.get(deadline).map_err(|e| match e {
             PoolError::Connect(cause) => self.unavailable(format!(
-                "cannot open a PostgreSQL session within {} ms: {}",
-                self.checkout.as_millis(),
-                describe(&cause)
+                "cannot open a PostgreSQL session within {} ms: {cause}",
+                started.elapsed().as_millis()
             )),
             _ => self.unavailable(format!(
                 "no PostgreSQL session within {} ms: all {} sessions of the pool are held by \
                  leases and waiters (raise pool_size)",
-                self.checkout.as_millis(),
+                started.elapsed().as_millis(),
                 self.size
             )),
         })
@@ -207,35 +700,32 @@ impl Pools {
 
     /// `error` with every secret of the configuration masked in its message.
     pub fn redacted(&self, error: Error) -> Error {
-        let secrets: Vec<&str> = self.secrets.iter().map(String::as_str).collect();
-        error.redacted(&secrets)
+        error.redacted(&self.secrets)
     }
 
     pub fn unavailable(&self, msg: impl std::fmt::Display) -> Error {
-        let secrets: Vec<&str> = self.secrets.iter().map(String::as_str).collect();
-        Error::unavailable(msg, &secrets)
+        Error::unavailable(msg, &self.secrets)
     }
 
     /// `Unavailable` for a failed statement.
-    pub fn failed(&self, what: &str, e: &postgres::Error) -> Error {
+    pub fn failed(&self, what: &str, e: &Failure) -> Error {
         self.unavailable(format!("PostgreSQL {what} failed: {}", describe(e)))
     }
 }
 
-/// Sessions are opened on demand; a stale one (server restarted) is found by the statement itself
-/// and retried once on a fresh one, since a test query per checkout would cost a round trip per call.
-fn build(config: &postgres::Config, setup: &str, size: u32) -> Pool<SessionManager> {
-    Pool::new(
-        SessionManager {
-            config: config.clone(),
-            setup: setup.to_owned(),
-        },
-        size,
-    )
+/// A failure as one line: the server's message and SQLSTATE, the client-side cause, or the timeout.
+pub(crate) fn describe(e: &Failure) -> String {
+    match e {
+        Failure::Pg(e) => describe_pg(e),
+        Failure::TimedOut(d) => format!(
+            "no answer within {} ms (the session is closed and not reused)",
+            d.as_millis()
+        ),
+        Failure::Closed => "the session's connection closed".into(),
+    }
 }
 
-/// A driver error as one line: the server's message and SQLSTATE, or the client-side cause.
-pub(crate) fn describe(e: &postgres::Error) -> String {
+fn describe_pg(e: &tokio_postgres::Error) -> String {
     if let Some(db) = e.as_db_error() {
         return format!(
             "{}: {} (SQLSTATE {})",

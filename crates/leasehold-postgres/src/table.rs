@@ -3,21 +3,30 @@
 //! Acquire is one `INSERT … ON CONFLICT … DO UPDATE … WHERE expired … RETURNING` that never raises on
 //! conflict (so nothing lands in the server log, and no caller's transaction can be involved: we use
 //! our own sessions in autocommit). Release deletes the row only with our token; extend moves
-//! `expires_at` only with our token. Fences come from the table's identity sequence, so they never go
-//! backwards even though released rows are deleted.
+//! `expires_at` only with our token.
+//!
+//! The fence is drawn by a second statement of the same round trip and the same (implicit)
+//! transaction, an `UPDATE` of the row we just took, so it is drawn while we hold the row's lock:
+//! fences of one key follow the order in which the key was granted. (Drawn in the `INSERT`'s
+//! `VALUES`, as `EXCLUDED.fence`, it would be taken before the row lock, and an acquirer that drew
+//! first but was granted last would commit the smaller fence.) See the crate docs for the value.
 //!
 //! Waiting: waiters for a key queue on an advisory lock of their own (FIFO, by the server); only the
 //! first LISTENs on the key's channel, which a release NOTIFYs, and it also wakes at the holder's expiry
 //! in case the holder died. One release wakes one waiter.
 
-use crate::lock_id::{hex, wait_queue};
-use crate::session::{describe, last_value, number, Pools, Session};
-use crate::with_session;
+use crate::lock_id::{hex, semaphore_internal, wait_queue};
+use crate::session::{describe, last_value, number, Failure, Pools, Session};
+use crate::waiting::{bounded_wait, enter_queue, join_queue, wait_at_head, Attempt};
+use crate::{acquiring, call_rows, created_meanwhile, timed, with_session, Ask};
 use leasehold_core::wait::held_elsewhere;
-use leasehold_core::{Error, Key, KeyInfo, RawLease, Result, Token, Ttl};
-use postgres::fallible_iterator::FallibleIterator;
+use leasehold_core::{
+    Deadline, Error, Key, KeyInfo, LeaseKind, Permits, RawLease, Result, Token, Ttl,
+};
+use sha2::Digest;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use tokio_postgres::SimpleQueryRow;
 
 /// How often a backend deletes rows that crashed holders left behind (released rows go at once).
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
@@ -31,62 +40,102 @@ pub(crate) struct Table {
     prefix: String,
     /// `"schema"."name"`: validated identifiers, quoted.
     quoted: String,
+    /// The table of shared holders (`name_shares`), quoted.
+    shares: String,
+    /// The table of semaphore permits (`name_permits`), quoted.
+    permits: String,
     /// Put in front of every statement: the I/O timeout as SET LOCAL, so nothing is left on the
     /// session (a transaction-pooling PgBouncer would carry session SETs to other clients).
     bound: String,
     started: Instant,
     /// Milliseconds since `started` when the next sweep is due.
     next_sweep: AtomicU64,
+    io_timeout: Duration,
+    /// The OID of the `fence` column's identity sequence, known once [`Table::ensure`] ran.
+    fence_seq: u32,
 }
 
 impl Table {
     pub fn new(name: &str, prefix: &str, io_timeout: Duration) -> Table {
-        let io_ms = io_timeout.as_millis().max(1);
         let quoted = name
             .split('.')
             .map(|part| format!("\"{part}\""))
             .collect::<Vec<_>>()
             .join(".");
+        let (schema, last) = match name.rsplit_once('.') {
+            Some((schema, last)) => (format!("\"{schema}\"."), last),
+            None => (String::new(), name),
+        };
         Table {
             name: name.to_owned(),
             prefix: prefix.to_owned(),
             quoted,
-            bound: format!(
-                "SET LOCAL statement_timeout = {io_ms}; SET LOCAL lock_timeout = {io_ms}; "
-            ),
+            shares: format!("{schema}\"{}\"", suffixed(last, "_shares")),
+            permits: format!("{schema}\"{}\"", suffixed(last, "_permits")),
+            bound: bounded_wait(io_timeout, Duration::ZERO),
             started: Instant::now(),
             next_sweep: AtomicU64::new(0),
+            io_timeout,
+            fence_seq: 0,
         }
     }
 
     /// Creates the table if it is missing (checking first, so a user without CREATE rights can use a
-    /// table made for them).
-    pub fn ensure(&self, session: &mut Session) -> std::result::Result<(), postgres::Error> {
+    /// table made for them), and finds its fence sequence.
+    pub fn ensure(&mut self, session: &mut Session, deadline: Deadline) -> Result<(), Failure> {
         let literal = self.quoted.replace('\'', "''");
-        let exists =
-            session.rows(&self.bounded(&format!("SELECT to_regclass('{literal}') IS NOT NULL")))?;
-        if last_value(&exists, 0) == Some("t") {
-            return Ok(());
-        }
-        let create = format!(
-            "CREATE TABLE IF NOT EXISTS {} (\
-               key bytea PRIMARY KEY, \
-               token text NOT NULL, \
-               fence bigint GENERATED BY DEFAULT AS IDENTITY, \
-               expires_at timestamptz NOT NULL)",
-            self.quoted
-        );
-        match session.rows(&self.bounded(&create)) {
-            Ok(_) => Ok(()),
-            // Another client created it at the same moment.
-            Err(e)
-                if e.code()
-                    .is_some_and(|c| ["23505", "42P07"].contains(&c.code())) =>
-            {
-                Ok(())
+        let exists = session.rows(
+            &self.bounded(&format!("SELECT to_regclass('{literal}') IS NOT NULL")),
+            deadline,
+        )?;
+        if last_value(&exists, 0) != Some("t") {
+            let create = format!(
+                "CREATE TABLE IF NOT EXISTS {} (\
+                   key bytea PRIMARY KEY, \
+                   token text NOT NULL, \
+                   fence bigint GENERATED BY DEFAULT AS IDENTITY, \
+                   expires_at timestamptz NOT NULL)",
+                self.quoted
+            );
+            match session.rows(&self.bounded(&create), deadline) {
+                Ok(_) => {}
+                Err(e) if created_meanwhile(&e) => {}
+                Err(e) => return Err(e),
             }
-            Err(e) => Err(e),
         }
+        for holders in [&self.shares, &self.permits] {
+            let literal = holders.replace('\'', "''");
+            let exists = session.rows(
+                &self.bounded(&format!("SELECT to_regclass('{literal}') IS NOT NULL")),
+                deadline,
+            )?;
+            if last_value(&exists, 0) == Some("t") {
+                continue;
+            }
+            let create = format!(
+                "CREATE TABLE IF NOT EXISTS {holders} (\
+                   key bytea NOT NULL, \
+                   token text NOT NULL, \
+                   fence bigint NOT NULL, \
+                   expires_at timestamptz NOT NULL, \
+                   PRIMARY KEY (key, token))"
+            );
+            match session.rows(&self.bounded(&create), deadline) {
+                Ok(_) => {}
+                Err(e) if created_meanwhile(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let seq = session.rows(
+            &self.bounded(&format!(
+                "SELECT pg_get_serial_sequence('{literal}', 'fence')::regclass::oid"
+            )),
+            deadline,
+        )?;
+        self.fence_seq = last_value(&seq, 0)
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0);
+        Ok(())
     }
 
     fn bounded(&self, sql: &str) -> String {
@@ -97,61 +146,58 @@ impl Table {
         self.insert_when(key_hex, token, ttl, "")
     }
 
-    /// The acquiring INSERT; with `from` (such as `FROM head WHERE h`) it inserts only if that
-    /// yields a row.
+    /// The acquiring INSERT, returning `true` when the key is ours; with `from` (such as
+    /// `FROM head WHERE h`) it inserts only if that yields a row. It leaves the fence alone: the
+    /// statement of [`Table::draw_fence`] that follows in the same transaction sets it.
     fn insert_when(&self, key_hex: &str, token: Token, ttl: Ttl, from: &str) -> String {
         format!(
             "INSERT INTO {t} AS l (key, token, expires_at) \
              SELECT decode('{key_hex}', 'hex'), '{token}', \
                     clock_timestamp() + interval '1 millisecond' * {ms} {from} \
              ON CONFLICT (key) DO UPDATE \
-               SET token = EXCLUDED.token, fence = EXCLUDED.fence, expires_at = EXCLUDED.expires_at \
+               SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at \
                WHERE l.expires_at <= clock_timestamp() \
-             RETURNING fence",
+             RETURNING true AS ok",
             t = self.quoted,
             token = token.as_str(),
             ms = ttl.as_millis()
         )
     }
 
-    pub fn try_acquire(
-        &self,
-        pools: &Pools,
-        prefixed: &[u8],
-        key: &Key,
-        ttl: Ttl,
-    ) -> Result<RawLease> {
-        let token = Token::generate()?;
-        let sql = self.insert(&hex(prefixed), token, ttl);
-        let (_conn, result) = with_session(pools, |s| {
-            let sent = Instant::now();
-            s.rows(&self.bounded(&sql)).map(|rows| (sent, rows))
-        })?;
-        let (sent, rows) = result.map_err(|e| pools.failed("acquire", &e))?;
-        match number::<i64>(last_value(&rows, 0))? {
-            Some(fence) => Ok(owned(RawLease::new(
-                key.clone(),
-                token,
-                fence as u64,
-                ttl,
-                sent,
-            ))),
-            None => Err(held_elsewhere(key)),
-        }
+    /// The fence, drawn on the row we hold (no row, so no fence, when the key was not taken):
+    /// larger than the row's previous fence, than every earlier draw of the sequence, and than the
+    /// server's clock in microseconds since the epoch — so a sequence gone back with lost data (a
+    /// failover to a replica that missed it) is overtaken by the clock.
+    fn draw_fence(&self, key_hex: &str, token: Token) -> String {
+        format!(
+            "UPDATE {t} AS l SET fence = greatest(l.fence + 1, nextval({seq}::regclass), \
+                    floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint) \
+             WHERE key = decode('{key_hex}', 'hex') AND token = '{token}' \
+             RETURNING fence",
+            t = self.quoted,
+            seq = self.fence_seq,
+            token = token.as_str(),
+        )
     }
 
-    pub fn acquire(
-        &self,
-        pools: &Pools,
-        prefixed: &[u8],
-        key: &Key,
-        ttl: Ttl,
-        wait: Duration,
-        io_timeout: Duration,
-    ) -> Result<RawLease> {
+    pub fn try_acquire(&self, ask: &Ask) -> Result<RawLease> {
+        let key_hex = hex(&ask.prefixed);
+        self.try_once(ask.pools, ask.key, ask.ttl, LeaseKind::Exclusive, |token| {
+            format!(
+                "{}; {}",
+                self.insert(&key_hex, token, ask.ttl),
+                self.draw_fence(&key_hex, token)
+            )
+        })
+    }
+
+    pub fn acquire(&self, ask: &Ask, wait: Duration) -> Result<RawLease> {
+        let io_timeout = ask.pools.io_timeout;
+        // `deadline` ends the wait; `call` bounds every round trip of the whole call.
         let deadline = leasehold_core::wait::deadline_after(wait);
-        let (queue, channel) = wait_queue(&self.name, prefixed);
-        let key_hex = hex(prefixed);
+        let call = Deadline::for_acquire(wait, ask.pools.connect_timeout, io_timeout);
+        let (queue, channel) = wait_queue(&self.name, &ask.prefixed);
+        let key_hex = hex(&ask.prefixed);
 
         // First, in one round trip: take the key only if nobody is queued for it (so a newcomer never
         // cuts in front of waiters), and say whether we are now first in the queue.
@@ -159,115 +205,80 @@ impl Table {
         let first = format!(
             "WITH head AS MATERIALIZED (SELECT pg_try_advisory_lock({queue}) AS h), \
                   acquired AS ({}) \
-             SELECT h, fence, CASE WHEN fence IS NOT NULL THEN pg_advisory_unlock({queue}) END \
-             FROM head, (SELECT (SELECT fence FROM acquired) AS fence) f",
-            self.insert_when(&key_hex, first_token, ttl, "FROM head WHERE h")
+             SELECT h, a.ok, CASE WHEN a.ok THEN pg_advisory_unlock({queue}) END \
+             FROM head, (SELECT (SELECT ok FROM acquired) AS ok) a; {}",
+            self.insert_when(&key_hex, first_token, ask.ttl, "FROM head WHERE h"),
+            self.draw_fence(&key_hex, first_token)
         );
-        let (mut conn, outcome) = with_session(pools, |s| {
-            let sent = Instant::now();
-            s.rows(&self.bounded(&first)).map(|rows| (sent, rows))
+        let (mut conn, sent, statements) = acquiring(ask.pools, call, "acquire", |s| {
+            s.statements(&self.bounded(&first), call)
         })?;
-        let (sent, rows) = match outcome {
-            Ok(x) => x,
-            Err(e) => {
-                conn.poisoned = true;
-                return Err(pools.failed("acquire", &e));
-            }
-        };
-        if let Some(fence) = number::<i64>(last_value(&rows, 1))? {
-            return Ok(owned(RawLease::new(
-                key.clone(),
+        let fence = number::<i64>(fence_of(&statements))?;
+        let rows = statements.into_iter().rev().nth(1).unwrap_or_default();
+        if let Some(fence) = fence {
+            let lease = new_lease(
+                ask.key,
                 first_token,
-                fence as u64,
-                ttl,
+                fence,
+                ask.ttl,
                 sent,
-            )));
+                LeaseKind::Exclusive,
+            );
+            return Ok(lease);
         }
-        // From here the session may hold the queue lock and a LISTEN: unless it leaves cleanly, close it.
-        conn.poisoned = true;
-        let enter = if last_value(&rows, 0) == Some("t") {
-            self.bounded(&format!("LISTEN \"{channel}\""))
-        } else {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let wait_ms = (left.as_nanos().div_ceil(1_000_000) as u64).max(1);
-            let total_ms = wait_ms.saturating_add(io_timeout.as_millis() as u64);
-            format!(
-                "SET LOCAL statement_timeout = {total_ms}; SET LOCAL lock_timeout = {wait_ms}; \
-                 SELECT pg_advisory_lock({queue}); LISTEN \"{channel}\""
-            )
-        };
-        match conn.rows(&enter) {
-            Ok(_) => {}
-            Err(e) if e.code().is_some_and(|c| c.code() == "55P03") => {
-                // Timed out in the queue; the statement rolled back, the session is clean.
-                conn.poisoned = false;
-                return Err(held_elsewhere(key));
-            }
-            Err(e) => return Err(pools.failed("wait for the key", &e)),
+        let head = (last_value(&rows, 0) == Some("t")).then_some(self.bound.as_str());
+        let enter = join_queue(head, queue, &channel, deadline, io_timeout);
+        if !enter_queue(&mut conn, ask.pools, &enter, call, "wait for the key")? {
+            // Timed out in the queue; the statement rolled back, the session is clean.
+            return Err(held_elsewhere(ask.key));
         }
 
         // First in the queue, listening. The holder's row as the statement's snapshot saw it says
         // when to wake up at the latest, in case the holder died and nobody will notify.
         // On success the same statement leaves the queue, so the next waiter moves up at once.
-        let attempt = |insert: String| {
+        let attempt = |token: Token| {
             format!(
-                "WITH acquired AS ({insert}) \
-                 SELECT f.fence, \
+                "WITH acquired AS ({}) \
+                 SELECT a.ok, \
                         (SELECT ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint \
                          FROM {} WHERE key = decode('{key_hex}', 'hex')), \
-                        CASE WHEN f.fence IS NOT NULL THEN pg_advisory_unlock({queue}) END \
-                 FROM (SELECT (SELECT fence FROM acquired) AS fence) f",
-                self.quoted
+                        CASE WHEN a.ok THEN pg_advisory_unlock({queue}) END \
+                 FROM (SELECT (SELECT ok FROM acquired) AS ok) a; {}",
+                self.insert(&key_hex, token, ask.ttl),
+                self.quoted,
+                self.draw_fence(&key_hex, token)
             )
         };
-        let mut attempts = 0u32;
-        let outcome = loop {
-            if attempts > 0 {
-                leasehold_core::stats::note_retry();
-            }
-            attempts = attempts.saturating_add(1);
-            // Notifications from before this attempt are stale; the attempt sees the current state.
-            while let Ok(Some(_)) = conn.client.notifications().iter().next() {}
+        let granted = wait_at_head(&mut conn, ask.pools, deadline, "wait for the key", |conn| {
             let token = Token::generate()?;
-            let sql = attempt(self.insert(&key_hex, token, ttl));
+            let sql = attempt(token);
             let sent = Instant::now();
-            let rows = match conn.rows(&self.bounded(&sql)) {
-                Ok(rows) => rows,
-                Err(e) => return Err(pools.failed("acquire", &e)),
+            let statements = match conn.statements(&self.bounded(&sql), call) {
+                Ok(st) => st,
+                Err(e) => return Err(ask.pools.failed("acquire", &e)),
             };
-            if let Some(fence) = number::<i64>(last_value(&rows, 0))? {
-                break Ok(owned(RawLease::new(
-                    key.clone(),
+            let fence = number::<i64>(fence_of(&statements))?;
+            let rows = statements.into_iter().rev().nth(1).unwrap_or_default();
+            Ok(match fence {
+                Some(fence) => Attempt::Granted(new_lease(
+                    ask.key,
                     token,
-                    fence as u64,
-                    ttl,
+                    fence,
+                    ask.ttl,
                     sent,
-                )));
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                break Err(held_elsewhere(key));
-            }
-            let holder_left = match number::<i64>(last_value(&rows, 1))? {
-                Some(ms) => Duration::from_millis((ms.max(0) as u64).saturating_add(1)),
-                None => UNKNOWN_HOLDER_NAP,
-            };
-            let nap = holder_left.min(deadline.saturating_duration_since(now));
-            let woke = conn.client.notifications().timeout_iter(nap).next();
-            if let Err(e) = woke {
-                return Err(pools.failed("wait for the key", &e));
-            }
-            if conn.client.is_closed() {
-                return Err(pools.unavailable("PostgreSQL session closed while waiting"));
-            }
-        };
+                    LeaseKind::Exclusive,
+                )),
+                None => Attempt::NotYet(holder_nap(number::<i64>(last_value(&rows, 1)))),
+            })
+        })?;
+        let outcome = granted.ok_or_else(|| held_elsewhere(ask.key));
         // If leaving fails, the session is closed (poisoned), which also ends its LISTEN and frees
         // the queue; a lease got here is ours either way.
         let leave = match outcome {
             Ok(_) => format!("UNLISTEN \"{channel}\""),
             Err(_) => format!("UNLISTEN \"{channel}\"; SELECT pg_advisory_unlock({queue})"),
         };
-        if conn.rows(&self.bounded(&leave)).is_ok() {
+        if conn.rows(&self.bounded(&leave), call).is_ok() {
             conn.poisoned = false;
         }
         outcome
@@ -275,6 +286,11 @@ impl Table {
 
     pub fn release(&self, pools: &Pools, lease: &mut RawLease) -> Result<()> {
         check_owner(lease)?;
+        match lease.kind() {
+            LeaseKind::Shared => return self.release_shared(pools, lease),
+            LeaseKind::Permit(_) => return self.release_permit(pools, lease),
+            _ => {}
+        }
         let prefixed = lease.key().prefixed(&self.prefix);
         let prefixed_hex = hex(&prefixed);
         let (_, channel) = wait_queue(&self.name, &prefixed);
@@ -285,8 +301,8 @@ impl Table {
             self.quoted,
             lease.token().as_str()
         );
-        let (mut conn, result) = with_session(pools, |s| s.rows(&self.bounded(&sql)))?;
-        let rows = result.map_err(|e| pools.failed("release", &e))?;
+        let deadline = pools.call();
+        let (mut conn, rows) = call_rows(pools, deadline, &self.bounded(&sql), "release")?;
         let outcome = match last_value(&rows, 0) {
             Some("t") => Ok(()),
             Some(_) => Err(Error::Lost(
@@ -297,12 +313,17 @@ impl Table {
                     .into(),
             )),
         };
-        self.maybe_sweep(&mut conn);
+        self.maybe_sweep(&mut conn, deadline);
         outcome
     }
 
     pub fn extend(&self, pools: &Pools, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
         check_owner(lease)?;
+        match lease.kind() {
+            LeaseKind::Shared => return self.extend_shared(pools, lease, ttl),
+            LeaseKind::Permit(_) => return self.extend_permit(pools, lease, ttl),
+            _ => {}
+        }
         let sql = format!(
             "UPDATE {} SET expires_at = clock_timestamp() + interval '1 millisecond' * {} \
              WHERE key = decode('{}', 'hex') AND token = '{}' AND expires_at > clock_timestamp() \
@@ -312,10 +333,8 @@ impl Table {
             hex(&lease.key().prefixed(&self.prefix)),
             lease.token().as_str()
         );
-        let (_conn, result) = with_session(pools, |s| {
-            let sent = Instant::now();
-            s.rows(&self.bounded(&sql)).map(|rows| (sent, rows))
-        })?;
+        let deadline = pools.call();
+        let (_conn, result) = timed(pools, deadline, |s| s.rows(&self.bounded(&sql), deadline))?;
         let (sent, rows) = result.map_err(|e| pools.failed("extend", &e))?;
         if rows.is_empty() {
             return Err(Error::Lost(
@@ -331,26 +350,35 @@ impl Table {
         let sql = format!(
             "SELECT expires_at > clock_timestamp(), \
                     greatest(0, floor(extract(epoch FROM expires_at - clock_timestamp()) * 1000))::bigint, \
-                    fence \
-             FROM {} WHERE key = decode('{}', 'hex')",
+                    fence, token = '{SHARED}', \
+                    (SELECT count(*) FROM {s} WHERE key = l.key AND expires_at > clock_timestamp()) \
+             FROM {} l WHERE key = decode('{}', 'hex')",
             self.quoted,
-            hex(prefixed)
+            hex(prefixed),
+            s = self.shares,
         );
-        let (_conn, result) = with_session(pools, |s| s.rows(&self.bounded(&sql)))?;
-        let rows = result.map_err(|e| pools.failed("inspect", &e))?;
+        let deadline = pools.call();
+        let (_conn, rows) = call_rows(pools, deadline, &self.bounded(&sql), "inspect")?;
         let Some(row) = rows.last() else {
             return Ok(KeyInfo::new(false, None, None));
         };
         let held = row.get(0) == Some("t");
         let remaining = number::<u64>(row.get(1))?.map(Duration::from_millis);
         let fence = number::<u64>(row.get(2))?;
-        Ok(KeyInfo::new(held, remaining.filter(|_| held), fence))
+        let info = KeyInfo::new(held, remaining.filter(|_| held), fence);
+        if !held {
+            return Ok(info);
+        }
+        Ok(match row.get(3) {
+            Some("t") => info.with_holders(number::<u32>(row.get(4))?.unwrap_or(0), true),
+            _ => info.with_holders(1, false),
+        })
     }
 
     /// Deletes (a bounded batch of) rows that expired over a second ago, at most once per
     /// [`SWEEP_EVERY`] per backend. The outer condition is checked again on the locked row, so a row
     /// re-acquired meanwhile is kept.
-    fn maybe_sweep(&self, session: &mut Session) {
+    fn maybe_sweep(&self, session: &mut Session, deadline: Deadline) {
         let now = self.started.elapsed().as_millis() as u64;
         let due = self.next_sweep.load(Ordering::Relaxed);
         if now < due
@@ -370,30 +398,541 @@ impl Table {
             "DELETE FROM {t} WHERE key IN \
                (SELECT key FROM {t} WHERE expires_at < clock_timestamp() - interval '1 second' \
                 LIMIT 1000 FOR UPDATE SKIP LOCKED) \
+             AND expires_at < clock_timestamp() - interval '1 second'; \
+             DELETE FROM {s} WHERE (key, token) IN \
+               (SELECT key, token FROM {s} WHERE expires_at < clock_timestamp() - interval '1 second' \
+                LIMIT 1000 FOR UPDATE SKIP LOCKED) \
+             AND expires_at < clock_timestamp() - interval '1 second'; \
+             DELETE FROM {p} WHERE (key, token) IN \
+               (SELECT key, token FROM {p} WHERE expires_at < clock_timestamp() - interval '1 second' \
+                LIMIT 1000 FOR UPDATE SKIP LOCKED) \
              AND expires_at < clock_timestamp() - interval '1 second'",
-            t = self.quoted
+            t = self.quoted,
+            s = self.shares,
+            p = self.permits,
         );
-        if let Err(e) = session.rows(&self.bounded(&sql)) {
+        if deadline.remaining() < self.io_timeout {
+            // Not worth risking the caller's bound; the next call will sweep.
+            self.next_sweep.store(due, Ordering::Relaxed);
+            return;
+        }
+        if let Err(e) = session.rows(&self.bounded(&sql), deadline) {
             tracing::debug!(error = %describe(&e), "sweeping expired lock rows failed");
         }
     }
+}
+
+/// The token a key's row holds while shared holders hold the key (their own rows are in the shares
+/// table). Never a lease token (those are 32 hex digits).
+const SHARED: &str = "shared";
+/// The token a key's row holds after a force-release: the row (and its fence) stays, free.
+const FREED: &str = "freed";
+/// Whether the statement before granted the key to this attempt (same implicit transaction).
+const GRANTED: &str = "current_setting('leasehold.grant', true)";
+/// Whether the acquire's first statement found the queue empty (took the queue lock).
+const HEAD: &str = "current_setting('leasehold.head', true) = 'true'";
+
+/// `name` + `suffix` as one identifier of at most 63 bytes: a name too long for the suffix is cut
+/// and told apart by a hash of the whole.
+fn suffixed(name: &str, suffix: &str) -> String {
+    if name.len() + suffix.len() <= 63 {
+        return format!("{name}{suffix}");
+    }
+    let digest = hex(&sha2::Sha256::digest(name.as_bytes())[..4]);
+    let keep = 63 - suffix.len() - digest.len() - 1;
+    format!("{}_{digest}{suffix}", &name[..keep])
+}
+
+/// The fence column of the last statement (the fence draw): `None` when the key was not taken.
+fn fence_of(statements: &[Vec<SimpleQueryRow>]) -> Option<&str> {
+    statements.last().and_then(|rows| last_value(rows, 0))
 }
 
 /// The process a table lease was acquired in. After `fork()` the child has a copy of the lease (and its
 /// token): it must not release or extend the parent's key.
 struct Owner(u32);
 
+/// The lease of a grant (`kind`, fence `fence`, sent at `sent`), owned by this process. One
+/// function for every kind of table acquire, so their leases are made alike.
+fn new_lease(
+    key: &Key,
+    token: Token,
+    fence: i64,
+    ttl: Ttl,
+    sent: Instant,
+    kind: LeaseKind,
+) -> RawLease {
+    owned(RawLease::new(key.clone(), token, fence as u64, ttl, sent).with_kind(kind))
+}
+
+/// How long the queue's head waits at most for a notification: until just after the holder's
+/// expiry, `ms` as the attempt saw it, or [`UNKNOWN_HOLDER_NAP`] when it saw no holder's row.
+fn holder_nap(ms: Result<Option<i64>>) -> Result<Duration> {
+    Ok(match ms? {
+        Some(ms) => Duration::from_millis((ms.max(0) as u64).saturating_add(1)),
+        None => UNKNOWN_HOLDER_NAP,
+    })
+}
+
 fn owned(lease: RawLease) -> RawLease {
-    lease.with_state(Owner(std::process::id()))
+    lease.with_state(Owner(leasehold_core::fork::pid()))
 }
 
 fn check_owner(lease: &mut RawLease) -> Result<()> {
     match lease.state_mut::<Owner>() {
-        Some(Owner(pid)) if *pid != std::process::id() => Err(Error::Lost(
+        Some(Owner(pid)) if *pid != leasehold_core::fork::pid() => Err(Error::Lost(
             "this lease was acquired by another process (before fork); only that process can \
              release or extend it"
                 .into(),
         )),
         _ => Ok(()),
+    }
+}
+
+/// Shared locks, semaphores, restore and force-release.
+///
+/// Shared holders: the key's row holds the token [`SHARED`], an `expires_at` no earlier than any
+/// holder's, and the key's fence; each holder has a row of its own in the shares table (key, token,
+/// fence, expires_at). A grant locks the key's row first (the `INSERT … ON CONFLICT DO UPDATE`),
+/// so grants of both kinds are serialized per key and each draws the next fence of the one
+/// per-key counter. An exclusive acquire is unchanged: it takes the row only once its
+/// `expires_at` passed, that is once every share expired or left.
+///
+/// Writer preference: waiters (both kinds) queue on the key's wait-queue advisory lock, and a new
+/// shared attempt that does not wait takes that lock in shared mode for its transaction
+/// (`pg_try_advisory_xact_lock_shared`): refused while a waiter holds it or waits for it (the lock
+/// manager counts waiting requests too). So once a writer waits, new readers queue behind it.
+///
+/// Semaphores: one row per permit in the permits table; a grant counts the live rows under a
+/// transaction advisory lock of the semaphore's own (so two grants never count at once), reclaims
+/// expired rows in the same statement, and draws a fence above every permit row's.
+impl Table {
+    /// The statements of one shared attempt, gated by the SQL boolean `gate`. The last statement
+    /// gives the fence (NULL when not granted) and the exclusive holder's time left in ms.
+    fn shared_attempt(&self, key_hex: &str, token: Token, ttl: Ttl, gate: &str) -> String {
+        format!(
+            "INSERT INTO {t} AS l (key, token, expires_at) \
+             SELECT decode('{key_hex}', 'hex'), '{SHARED}', clock_timestamp() + interval '1 millisecond' * {ms} \
+             WHERE {gate} \
+             ON CONFLICT (key) DO UPDATE \
+               SET token = '{SHARED}', \
+                   expires_at = CASE WHEN l.token = '{SHARED}' THEN l.expires_at ELSE EXCLUDED.expires_at END \
+               WHERE l.token = '{SHARED}' OR l.expires_at <= clock_timestamp() \
+             RETURNING set_config('leasehold.grant', '{token}', true); \
+             WITH x AS (SELECT clock_timestamp() + interval '1 millisecond' * {ms} AS e), \
+                  f AS (UPDATE {t} AS l SET \
+                          fence = greatest(l.fence + 1, nextval({seq}::regclass), \
+                                  floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint), \
+                          expires_at = greatest(l.expires_at, x.e) \
+                        FROM x WHERE l.key = decode('{key_hex}', 'hex') AND l.token = '{SHARED}' \
+                          AND {GRANTED} = '{token}' \
+                        RETURNING l.fence, x.e), \
+                  swept AS (DELETE FROM {s} WHERE key = decode('{key_hex}', 'hex') \
+                            AND expires_at <= clock_timestamp() AND EXISTS (SELECT 1 FROM f)), \
+                  ins AS (INSERT INTO {s} (key, token, fence, expires_at) \
+                          SELECT decode('{key_hex}', 'hex'), '{token}', fence, e FROM f RETURNING fence) \
+             SELECT (SELECT fence FROM ins), \
+                    (SELECT ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint \
+                     FROM {t} WHERE key = decode('{key_hex}', 'hex'))",
+            t = self.quoted,
+            s = self.shares,
+            seq = self.fence_seq,
+            token = token.as_str(),
+            ms = ttl.as_millis(),
+        )
+    }
+
+    /// One permit attempt, gated by `gate`; the last statement gives the fence (NULL when not
+    /// granted) and the time left of the permit that expires first, in ms.
+    fn permit_attempt(
+        &self,
+        prefixed: &[u8],
+        permits: Permits,
+        token: Token,
+        ttl: Ttl,
+        gate: &str,
+    ) -> String {
+        let (count, _) = semaphore_internal("count", &self.name, prefixed);
+        format!(
+            "SELECT CASE WHEN {gate} THEN pg_advisory_xact_lock({count}) END; \
+             WITH c AS (SELECT max(fence) AS top, \
+                               count(*) FILTER (WHERE expires_at > clock_timestamp()) AS live, \
+                               min(expires_at) FILTER (WHERE expires_at > clock_timestamp()) AS first \
+                        FROM {p} WHERE key = decode('{key_hex}', 'hex')), \
+                  gone AS (DELETE FROM {p} WHERE key = decode('{key_hex}', 'hex') \
+                           AND expires_at <= clock_timestamp() AND {gate}), \
+                  ins AS (INSERT INTO {p} (key, token, fence, expires_at) \
+                          SELECT decode('{key_hex}', 'hex'), '{token}', \
+                                 greatest(coalesce(c.top, 0) + 1, nextval({seq}::regclass), \
+                                          floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint), \
+                                 clock_timestamp() + interval '1 millisecond' * {ms} \
+                          FROM c WHERE {gate} AND c.live < {n} RETURNING fence) \
+             SELECT (SELECT fence FROM ins), \
+                    (SELECT ceil(extract(epoch FROM first - clock_timestamp()) * 1000)::bigint FROM c), \
+                    set_config('leasehold.grant', \
+                               CASE WHEN EXISTS (SELECT 1 FROM ins) THEN '{token}' ELSE '' END, true)",
+            p = self.permits,
+            key_hex = hex(prefixed),
+            seq = self.fence_seq,
+            token = token.as_str(),
+            ms = ttl.as_millis(),
+            n = permits.get(),
+        )
+    }
+
+    pub fn try_acquire_shared(&self, ask: &Ask) -> Result<RawLease> {
+        let (queue, _) = wait_queue(&self.name, &ask.prefixed);
+        let gate = format!("pg_try_advisory_xact_lock_shared({queue})");
+        self.try_once(ask.pools, ask.key, ask.ttl, LeaseKind::Shared, |token| {
+            self.shared_attempt(&hex(&ask.prefixed), token, ask.ttl, &gate)
+        })
+    }
+
+    pub fn try_acquire_permit(&self, ask: &Ask, permits: Permits) -> Result<RawLease> {
+        self.try_once(
+            ask.pools,
+            ask.key,
+            ask.ttl,
+            LeaseKind::Permit(permits),
+            |token| self.permit_attempt(&ask.prefixed, permits, token, ask.ttl, "true"),
+        )
+    }
+
+    fn try_once(
+        &self,
+        pools: &Pools,
+        key: &Key,
+        ttl: Ttl,
+        kind: LeaseKind,
+        attempt: impl Fn(Token) -> String,
+    ) -> Result<RawLease> {
+        let token = Token::generate()?;
+        let sql = self.bounded(&attempt(token));
+        let deadline = pools.call();
+        let (mut conn, result) = timed(pools, deadline, |s| s.statements(&sql, deadline))?;
+        let (sent, statements) = result.map_err(|e| pools.failed("acquire", &e))?;
+        self.maybe_sweep(&mut conn, deadline);
+        match number::<i64>(fence_of(&statements))? {
+            Some(fence) => Ok(new_lease(key, token, fence, ttl, sent, kind)),
+            None => Err(refused(key, kind)),
+        }
+    }
+
+    pub fn acquire_shared(&self, ask: &Ask, wait: Duration) -> Result<RawLease> {
+        let (queue, channel) = wait_queue(&self.name, &ask.prefixed);
+        let key_hex = hex(&ask.prefixed);
+        self.wait_queued(
+            ask.pools,
+            ask.key,
+            LeaseKind::Shared,
+            ask.ttl,
+            wait,
+            queue,
+            &channel,
+            |token, gate| self.shared_attempt(&key_hex, token, ask.ttl, gate),
+        )
+    }
+
+    pub fn acquire_permit(&self, ask: &Ask, permits: Permits, wait: Duration) -> Result<RawLease> {
+        let (queue, channel) = semaphore_internal("queue", &self.name, &ask.prefixed);
+        self.wait_queued(
+            ask.pools,
+            ask.key,
+            LeaseKind::Permit(permits),
+            ask.ttl,
+            wait,
+            queue,
+            &channel,
+            |token, gate| self.permit_attempt(&ask.prefixed, permits, token, ask.ttl, gate),
+        )
+    }
+
+    /// Waiting as exclusive acquires do (see the module docs): first an attempt only if nobody is
+    /// queued, then FIFO on the queue lock, the first waiter LISTENing and waking at a release's
+    /// NOTIFY or when the holder it waits for expires. `attempt(token, gate)` builds one attempt.
+    #[allow(clippy::too_many_arguments)]
+    fn wait_queued(
+        &self,
+        pools: &Pools,
+        key: &Key,
+        kind: LeaseKind,
+        ttl: Ttl,
+        wait: Duration,
+        queue: i64,
+        channel: &str,
+        attempt: impl Fn(Token, &str) -> String,
+    ) -> Result<RawLease> {
+        let io_timeout = pools.io_timeout;
+        let until = leasehold_core::wait::deadline_after(wait);
+        let call = Deadline::for_acquire(wait, pools.connect_timeout, io_timeout);
+
+        let token = Token::generate()?;
+        let first = format!(
+            "SELECT set_config('leasehold.head', pg_try_advisory_lock({queue})::text, true); {}; \
+             SELECT current_setting('leasehold.head', true), \
+                    CASE WHEN {GRANTED} = '{t}' AND {HEAD} THEN pg_advisory_unlock({queue}) END",
+            attempt(token, HEAD),
+            t = token.as_str()
+        );
+        let (mut conn, sent, statements) = acquiring(pools, call, "acquire", |s| {
+            s.statements(&self.bounded(&first), call)
+        })?;
+        let n = statements.len();
+        let head = statements.last().and_then(|rows| last_value(rows, 0)) == Some("true");
+        let granted = statements
+            .get(n.wrapping_sub(2))
+            .map(|rows| number::<i64>(last_value(rows, 0)))
+            .transpose()?
+            .flatten();
+        if let Some(fence) = granted {
+            return Ok(new_lease(key, token, fence, ttl, sent, kind));
+        }
+        let enter = join_queue(
+            head.then_some(self.bound.as_str()),
+            queue,
+            channel,
+            until,
+            io_timeout,
+        );
+        if !enter_queue(&mut conn, pools, &enter, call, "wait for the key")? {
+            return Err(refused(key, kind));
+        }
+        let granted = wait_at_head(&mut conn, pools, until, "wait for the key", |conn| {
+            let token = Token::generate()?;
+            let sent = Instant::now();
+            let statements = match conn.statements(&self.bounded(&attempt(token, "true")), call) {
+                Ok(st) => st,
+                Err(e) => return Err(pools.failed("acquire", &e)),
+            };
+            let rows = statements.into_iter().last().unwrap_or_default();
+            Ok(match number::<i64>(last_value(&rows, 0))? {
+                Some(fence) => Attempt::Granted(new_lease(key, token, fence, ttl, sent, kind)),
+                None => Attempt::NotYet(holder_nap(number::<i64>(last_value(&rows, 1)))),
+            })
+        })?;
+        let outcome = granted.ok_or_else(|| refused(key, kind));
+        let leave = format!("UNLISTEN \"{channel}\"; SELECT pg_advisory_unlock({queue})");
+        if conn.rows(&self.bounded(&leave), call).is_ok() {
+            conn.poisoned = false;
+        }
+        outcome
+    }
+
+    fn release_shared(&self, pools: &Pools, lease: &mut RawLease) -> Result<()> {
+        let prefixed = lease.key().prefixed(&self.prefix);
+        let key_hex = hex(&prefixed);
+        let (_, channel) = wait_queue(&self.name, &prefixed);
+        // The key's row is locked first, so the statements after it (fresh snapshots) see every
+        // share granted before; the row's expiry then becomes the latest of the shares left.
+        let sql = format!(
+            "SELECT 1 FROM {t} WHERE key = decode('{key_hex}', 'hex') FOR UPDATE; \
+             WITH gone AS (DELETE FROM {s} WHERE key = decode('{key_hex}', 'hex') AND token = '{token}' \
+                           RETURNING expires_at > clock_timestamp() AS live) \
+             SELECT live FROM gone; \
+             UPDATE {t} SET expires_at = coalesce( \
+                 (SELECT max(expires_at) FROM {s} WHERE key = decode('{key_hex}', 'hex')), clock_timestamp()) \
+             WHERE key = decode('{key_hex}', 'hex') AND token = '{SHARED}'; \
+             SELECT pg_notify('{channel}', '')",
+            t = self.quoted,
+            s = self.shares,
+            token = lease.token().as_str()
+        );
+        let deadline = pools.call();
+        let (mut conn, result) = with_session(pools, deadline, |s| {
+            s.statements(&self.bounded(&sql), deadline)
+        })?;
+        let statements = result.map_err(|e| pools.failed("release", &e))?;
+        let n = statements.len();
+        let live = statements
+            .get(n.wrapping_sub(3))
+            .and_then(|rows| last_value(rows, 0))
+            .map(|v| v == "t");
+        self.maybe_sweep(&mut conn, deadline);
+        lost_unless(live)
+    }
+
+    fn release_permit(&self, pools: &Pools, lease: &mut RawLease) -> Result<()> {
+        let prefixed = lease.key().prefixed(&self.prefix);
+        let (_, channel) = semaphore_internal("queue", &self.name, &prefixed);
+        let sql = format!(
+            "WITH gone AS (DELETE FROM {p} WHERE key = decode('{}', 'hex') AND token = '{}' \
+                           RETURNING expires_at > clock_timestamp() AS live) \
+             SELECT live, pg_notify('{channel}', '') FROM gone",
+            hex(&prefixed),
+            lease.token().as_str(),
+            p = self.permits,
+        );
+        let deadline = pools.call();
+        let (mut conn, rows) = call_rows(pools, deadline, &self.bounded(&sql), "release")?;
+        self.maybe_sweep(&mut conn, deadline);
+        lost_unless(last_value(&rows, 0).map(|v| v == "t"))
+    }
+
+    fn extend_shared(&self, pools: &Pools, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        let key_hex = hex(&lease.key().prefixed(&self.prefix));
+        let sql = format!(
+            "SELECT 1 FROM {t} WHERE key = decode('{key_hex}', 'hex') FOR UPDATE; \
+             WITH e AS (UPDATE {s} SET expires_at = clock_timestamp() + interval '1 millisecond' * {ms} \
+                        WHERE key = decode('{key_hex}', 'hex') AND token = '{token}' \
+                          AND expires_at > clock_timestamp() RETURNING expires_at) \
+             UPDATE {t} AS l SET expires_at = greatest(l.expires_at, e.expires_at) FROM e \
+             WHERE l.key = decode('{key_hex}', 'hex') AND l.token = '{SHARED}' RETURNING l.fence",
+            t = self.quoted,
+            s = self.shares,
+            ms = ttl.as_millis(),
+            token = lease.token().as_str()
+        );
+        self.extend_with(pools, lease, ttl, &sql)
+    }
+
+    fn extend_permit(&self, pools: &Pools, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        let prefixed = lease.key().prefixed(&self.prefix);
+        let (count, _) = semaphore_internal("count", &self.name, &prefixed);
+        // Under the count lock: an acquirer counting at the moment of expiry must not see the
+        // permit expired while this extend keeps it.
+        let sql = format!(
+            "SELECT pg_advisory_xact_lock({count}); \
+             UPDATE {p} SET expires_at = clock_timestamp() + interval '1 millisecond' * {ms} \
+             WHERE key = decode('{}', 'hex') AND token = '{}' AND expires_at > clock_timestamp() \
+             RETURNING fence",
+            hex(&prefixed),
+            lease.token().as_str(),
+            p = self.permits,
+            ms = ttl.as_millis(),
+        );
+        self.extend_with(pools, lease, ttl, &sql)
+    }
+
+    fn extend_with(&self, pools: &Pools, lease: &mut RawLease, ttl: Ttl, sql: &str) -> Result<()> {
+        let deadline = pools.call();
+        let (_conn, result) = timed(pools, deadline, |s| {
+            s.statements(&self.bounded(sql), deadline)
+        })?;
+        let (sent, statements) = result.map_err(|e| pools.failed("extend", &e))?;
+        if statements.last().map_or(true, |rows| rows.is_empty()) {
+            return Err(Error::Lost(
+                "the key no longer holds this lease's token (expired, or released)".into(),
+            ));
+        }
+        lease.renewed(ttl, sent);
+        Ok(())
+    }
+
+    pub fn inspect_permits(&self, pools: &Pools, prefixed: &[u8]) -> Result<KeyInfo> {
+        let sql = format!(
+            "SELECT count(*) FILTER (WHERE expires_at > clock_timestamp()), \
+                    greatest(0, floor(extract(epoch FROM max(expires_at) - clock_timestamp()) * 1000))::bigint, \
+                    max(fence) \
+             FROM {} WHERE key = decode('{}', 'hex')",
+            self.permits,
+            hex(prefixed)
+        );
+        let deadline = pools.call();
+        let (_conn, rows) = call_rows(pools, deadline, &self.bounded(&sql), "inspect")?;
+        let Some(row) = rows.last() else {
+            return Ok(KeyInfo::new(false, None, None));
+        };
+        let holders = number::<u32>(row.get(0))?.unwrap_or(0);
+        let remaining = number::<u64>(row.get(1))?.map(Duration::from_millis);
+        let fence = number::<u64>(row.get(2))?;
+        let info = KeyInfo::new(holders > 0, remaining.filter(|_| holders > 0), fence);
+        Ok(if holders > 0 {
+            info.with_holders(holders, false)
+        } else {
+            info
+        })
+    }
+
+    /// One statement: the token's row, exclusive or shared, if it is still live, with its fence
+    /// and the time left by the server's clock.
+    pub fn restore(
+        &self,
+        pools: &Pools,
+        prefixed: &[u8],
+        key: &Key,
+        token: Token,
+    ) -> Result<RawLease> {
+        let left = "floor(extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint";
+        let sql = format!(
+            "SELECT false, fence, {left} FROM {t} \
+               WHERE key = decode('{k}', 'hex') AND token = '{token}' AND expires_at > clock_timestamp() \
+             UNION ALL \
+             SELECT true, fence, {left} FROM {s} \
+               WHERE key = decode('{k}', 'hex') AND token = '{token}' AND expires_at > clock_timestamp()",
+            t = self.quoted,
+            s = self.shares,
+            k = hex(prefixed),
+            token = token.as_str()
+        );
+        let deadline = pools.call();
+        let (_conn, result) = timed(pools, deadline, |s| s.rows(&self.bounded(&sql), deadline))?;
+        let (sent, rows) = result.map_err(|e| pools.failed("restore", &e))?;
+        let Some(row) = rows.first() else {
+            return Err(Error::Lost(format!(
+                "key \"{key}\" is not held by that token (expired, released or never taken)"
+            )));
+        };
+        let fence = number::<u64>(row.get(1))?.unwrap_or(0);
+        let left_us = number::<u64>(row.get(2))?.unwrap_or(0);
+        let kind = if row.get(0) == Some("t") {
+            LeaseKind::Shared
+        } else {
+            LeaseKind::Exclusive
+        };
+        Ok(owned(
+            RawLease::restored(
+                key.clone(),
+                token,
+                fence,
+                Duration::from_micros(left_us),
+                sent,
+            )
+            .with_kind(kind),
+        ))
+    }
+
+    /// Frees the key whoever holds it, shared holders too. The key's row stays (free, with its
+    /// fence), so the next grant's fence is still above it.
+    pub fn force_release(&self, pools: &Pools, prefixed: &[u8]) -> Result<bool> {
+        let (_, channel) = wait_queue(&self.name, prefixed);
+        let sql = format!(
+            "WITH o AS (SELECT key, expires_at > clock_timestamp() AS live FROM {t} \
+                        WHERE key = decode('{k}', 'hex') FOR UPDATE), \
+                  m AS (UPDATE {t} AS l SET token = '{FREED}', expires_at = clock_timestamp() \
+                        FROM o WHERE l.key = o.key RETURNING o.live), \
+                  s AS (DELETE FROM {s} WHERE key = decode('{k}', 'hex') \
+                        RETURNING expires_at > clock_timestamp() AS live) \
+             SELECT coalesce((SELECT bool_or(live) FROM m), false) \
+                    OR coalesce((SELECT bool_or(live) FROM s), false), \
+                    pg_notify('{channel}', '')",
+            t = self.quoted,
+            s = self.shares,
+            k = hex(prefixed),
+        );
+        let deadline = pools.call();
+        let (_conn, rows) = call_rows(pools, deadline, &self.bounded(&sql), "force release")?;
+        Ok(last_value(&rows, 0) == Some("t"))
+    }
+}
+
+fn lost_unless(live: Option<bool>) -> Result<()> {
+    match live {
+        Some(true) => Ok(()),
+        Some(false) => Err(Error::Lost(
+            "the lease had expired (its row is now removed)".into(),
+        )),
+        None => Err(Error::Lost(
+            "the key no longer holds this lease's token (expired and taken, or released)".into(),
+        )),
+    }
+}
+
+fn refused(key: &Key, kind: LeaseKind) -> Error {
+    match kind {
+        LeaseKind::Permit(n) => Error::NotAcquired(format!(
+            "all {} permits of semaphore \"{key}\" are held",
+            n.get()
+        )),
+        _ => held_elsewhere(key),
     }
 }

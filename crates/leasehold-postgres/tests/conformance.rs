@@ -29,3 +29,53 @@ fn advisory_mutual_exclusion() {
 fn table_mutual_exclusion() {
     conformance::mutual_exclusion(&client("lock=table&table=exclusion_locks"), 8, 40);
 }
+
+#[test]
+fn advisory_restore_is_refused() {
+    conformance::run_restore_refused(&|| client("lock=advisory"), "lock=table");
+}
+
+#[test]
+fn table_restore() {
+    conformance::run_restore(&|| client("lock=table&table=restore_locks"));
+}
+
+#[test]
+fn advisory_force_release() {
+    conformance::run_force_release(&|| client("lock=advisory"));
+}
+
+#[test]
+fn table_force_release() {
+    conformance::run_force_release(&|| client("lock=table&table=force_locks"));
+}
+
+#[test]
+fn advisory_shared() {
+    conformance::run_shared(&|| client("lock=advisory"));
+}
+
+#[test]
+fn table_shared() {
+    conformance::run_shared(&|| client("lock=table&table=shared_locks"));
+}
+
+#[test]
+fn advisory_semaphore() {
+    conformance::run_semaphore(&|| client("lock=advisory"));
+}
+
+#[test]
+fn table_semaphore() {
+    conformance::run_semaphore(&|| client("lock=table&table=semaphore_locks"));
+}
+
+#[test]
+fn advisory_semaphore_limit() {
+    conformance::semaphore_limit(&client("lock=advisory"), 3, 8, 50);
+}
+
+#[test]
+fn table_semaphore_limit() {
+    conformance::semaphore_limit(&client("lock=table&table=sem_limit_locks"), 3, 8, 50);
+}

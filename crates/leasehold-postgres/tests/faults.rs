@@ -3,7 +3,7 @@
 
 use leasehold_core::{Client, Config, ErrorKind};
 use leasehold_postgres::{lock_id, PostgresBackend};
-use leasehold_testkit::{unique_key, wait_until, PostgresServer};
+use leasehold_testkit::{in_child, unique_key, wait_until, PostgresServer};
 use postgres::{NoTls, SimpleQueryMessage};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -629,55 +629,39 @@ fn client_works_in_a_forked_child_without_touching_the_parents_sessions() {
     for query in [ADVISORY, TABLE] {
         let c = client(query);
         let key = unique_key("fork-parent");
-        let mut lease = c.try_acquire(&key, LONG).unwrap();
+        let lease = c.try_acquire(&key, LONG).unwrap();
         c.try_acquire(unique_key("warm"), LONG)
             .unwrap()
             .release()
             .unwrap();
         let child_key = unique_key("fork-child");
-        // SAFETY: the child only runs Leasehold calls and then _exit()s, never returning into the
-        // test harness.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0, "fork failed");
-        if pid == 0 {
-            let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                let own = c
-                    .try_acquire(&child_key, LONG)
-                    .is_ok_and(|l| l.release().is_ok());
-                let parents = c.try_acquire(&key, LONG).map(|_| ()).map_err(|e| e.kind());
-                // The child's copy of the parent's lease: it must neither release nor extend it.
-                let mut inherited = lease;
-                let extend = inherited.extend(LONG).map_err(|e| e.kind());
-                let release = inherited.release_in_place().map_err(|e| e.kind());
-                let still_held = c.try_acquire(&key, LONG).is_err();
-                own && parents == Err(ErrorKind::NotAcquired)
-                    && extend == Err(ErrorKind::Lost)
-                    && release == Err(ErrorKind::Lost)
-                    && still_held
-            }))
-            .unwrap_or(false);
-            // SAFETY: ends the child at once, running no destructor of the parent's state.
-            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
-        }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let status = loop {
-            let mut status = 0;
-            // SAFETY: waitpid on our own child.
-            let done = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-            if done == pid {
-                break status;
-            }
-            if Instant::now() > deadline {
-                // SAFETY: kill our own child.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-                panic!("{query}: the forked child hung");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "{query}: the forked child failed (status {status})"
+        // The child takes the parent's lease out of `held`; the parent's copy stays put.
+        let mut held = Some(lease);
+        let status = in_child(Duration::from_secs(30), || {
+            let Some(mut inherited) = held.take() else {
+                return false;
+            };
+            let own = c
+                .try_acquire(&child_key, LONG)
+                .is_ok_and(|l| l.release().is_ok());
+            let parents = c.try_acquire(&key, LONG).map(|_| ()).map_err(|e| e.kind());
+            // The child's copy of the parent's lease: it must neither release nor extend it
+            // (core refuses both as a misuse, as the C ABI does).
+            let extend = inherited.extend(LONG).map_err(|e| e.kind());
+            let release = inherited.release_in_place().map_err(|e| e.kind());
+            let still_held = c.try_acquire(&key, LONG).is_err();
+            own && parents == Err(ErrorKind::NotAcquired)
+                && extend == Err(ErrorKind::InvalidArgument)
+                && release == Err(ErrorKind::InvalidArgument)
+                && still_held
+        });
+        assert_ne!(status, None, "{query}: the forked child hung");
+        assert_eq!(
+            status,
+            Some(0),
+            "{query}: the forked child failed (status {status:?})"
         );
+        let mut lease = held.expect("the parent keeps its lease");
         // The parent's lease and sessions are intact.
         assert_eq!(
             kind(client(query).try_acquire(&key, LONG)),

@@ -169,3 +169,38 @@ fn table_keys_one_byte_apart_never_contend() {
     // Rows cost no session: all variants are held at once.
     one_byte_apart_never_contend("lock=table&table=byte_locks", true);
 }
+
+/// Eight clients connecting at the same moment to a lock table nobody has made yet: every one
+/// works. (`CREATE TABLE IF NOT EXISTS` racing itself fails on the row type, SQLSTATE 42710, which
+/// once failed a connect.)
+#[test]
+fn clients_that_create_the_table_at_once_all_connect() {
+    for round in 0..10 {
+        let table = format!("race_{}_{round}", std::process::id());
+        let barrier = std::sync::Barrier::new(8);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|_| {
+                    let (barrier, table) = (&barrier, &table);
+                    s.spawn(move || {
+                        let url =
+                            PostgresServer::shared().url_with(&format!("lock=table&table={table}"));
+                        let config = Config::parse(&url).expect("test URL");
+                        barrier.wait();
+                        let client = Client::new(
+                            PostgresBackend::connect(&config).expect("connect creates the table"),
+                        );
+                        client
+                            .try_acquire(unique_key("race"), LONG)
+                            .expect("a lock in the new table")
+                            .release()
+                            .unwrap();
+                    })
+                })
+                .collect();
+            for h in handles {
+                h.join().expect("every client connected");
+            }
+        });
+    }
+}

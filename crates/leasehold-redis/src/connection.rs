@@ -1,14 +1,18 @@
 //! Opening connections to one Redis server for a connection pool: connect timeout, read and write
-//! timeouts, AUTH (user and password, for ACLs), the db number, TLS for `rediss://`, and a record
-//! of which connections are known to be broken so the pool drops them instead of handing them out
-//! again.
+//! timeouts, bounded name lookup, AUTH (user and password, for ACLs), the db number, TLS for the
+//! TLS schemes (`tls_ca_file`, a client certificate, `tls_insecure`), and a record of which
+//! connections are known to be broken so the pool drops them instead of handing them out again.
 
-use leasehold_core::config::RedisServer;
+use leasehold_core::config::{Config, RedisServer, TlsOptions};
+use leasehold_core::{Deadline, Error};
 use redis::io::tcp::TcpSettings;
 use redis::{
-    ConnectionAddr, ConnectionInfo, ConnectionLike, IntoConnectionInfo, RedisConnectionInfo,
-    RedisError,
+    ClientTlsConfig, ConnectionAddr, ConnectionInfo, ConnectionLike, IntoConnectionInfo,
+    RedisConnectionInfo, RedisError, RedisResult, TlsCertificates,
 };
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,7 +22,126 @@ use std::time::{Duration, Instant};
 pub struct ConnectSettings {
     pub connect_timeout: Duration,
     pub io_timeout: Duration,
-    pub tls: bool,
+    /// `None`: plain text.
+    pub tls: Option<Tls>,
+}
+
+impl ConnectSettings {
+    /// The timeouts and TLS settings of a Redis configuration; the TLS files are read (and checked)
+    /// here, once, so a missing or malformed file is an `InvalidArgument` at connect rather than a
+    /// failure on every connection.
+    pub fn from_config(config: &Config) -> leasehold_core::Result<ConnectSettings> {
+        let tls = match &config.redis.tls {
+            Some(options) => Some(Tls::load(options)?),
+            None => None,
+        };
+        Ok(ConnectSettings {
+            connect_timeout: config.connect_timeout,
+            io_timeout: config.io_timeout,
+            tls,
+        })
+    }
+}
+
+/// The TLS settings of a backend, with the PEM files already read.
+#[derive(Clone, Default)]
+pub struct Tls {
+    ca_file: Option<PathBuf>,
+    client_certificate: bool,
+    insecure: bool,
+    /// What redis-rs is handed; `None`: the system trust store, no client certificate.
+    certificates: Option<TlsCertificates>,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Paths and flags only: never the key.
+        f.debug_struct("Tls")
+            .field("ca_file", &self.ca_file)
+            .field("client_certificate", &self.client_certificate)
+            .field("insecure", &self.insecure)
+            .finish()
+    }
+}
+
+impl Tls {
+    pub fn load(options: &TlsOptions) -> leasehold_core::Result<Tls> {
+        let read = |what: &str, path: &Path| {
+            std::fs::read(path)
+                .map_err(|e| Error::invalid(format!("{what} {}: {e}", path.display())))
+        };
+        let root_cert = match &options.ca_file {
+            Some(path) => {
+                let pem = read("tls_ca_file", path)?;
+                let certs = CertificateDer::pem_slice_iter(&pem)
+                    .collect::<std::result::Result<Vec<_>, _>>()
+                    .map_err(|e| {
+                        Error::invalid(format!("tls_ca_file {}: not PEM ({e})", path.display()))
+                    })?;
+                if certs.is_empty() {
+                    return Err(Error::invalid(format!(
+                        "tls_ca_file {}: holds no PEM certificate",
+                        path.display()
+                    )));
+                }
+                Some(pem)
+            }
+            None => None,
+        };
+        let client_tls = match (&options.cert_file, &options.key_file) {
+            (Some(cert), Some(key)) => {
+                let client_cert = read("tls_cert_file", cert)?;
+                let n = CertificateDer::pem_slice_iter(&client_cert)
+                    .collect::<std::result::Result<Vec<_>, _>>()
+                    .map(|c| c.len())
+                    .unwrap_or(0);
+                if n == 0 {
+                    return Err(Error::invalid(format!(
+                        "tls_cert_file {}: holds no PEM certificate",
+                        cert.display()
+                    )));
+                }
+                let client_key = read("tls_key_file", key)?;
+                // The key's own parse error could quote key material: only the path is named.
+                if PrivateKeyDer::from_pem_slice(&client_key).is_err() {
+                    return Err(Error::invalid(format!(
+                        "tls_key_file {}: holds no PEM private key",
+                        key.display()
+                    )));
+                }
+                Some(ClientTlsConfig {
+                    client_cert,
+                    client_key,
+                })
+            }
+            // Core refuses one without the other; a lone one here is ignored rather than half-used.
+            _ => None,
+        };
+        let client_certificate = client_tls.is_some();
+        let certificates =
+            (root_cert.is_some() || client_tls.is_some()).then_some(TlsCertificates {
+                client_tls,
+                root_cert,
+            });
+        Ok(Tls {
+            ca_file: options.ca_file.clone(),
+            client_certificate,
+            insecure: options.insecure,
+            certificates,
+        })
+    }
+
+    pub fn insecure(&self) -> bool {
+        self.insecure
+    }
+
+    /// Where the server's certificate must chain to, for messages.
+    fn roots(&self) -> String {
+        match &self.ca_file {
+            Some(path) => format!("tls_ca_file {}", path.display()),
+            None => "the system trust store".to_owned(),
+        }
+    }
 }
 
 /// A pooled connection and what we know about its health.
@@ -31,6 +154,8 @@ pub struct Conn {
     /// When the connection was made, so a failure on one that sat idle in the pool (and may have
     /// gone stale there) can be told from a failure on one made for this very call.
     pub(crate) made: Instant,
+    /// The socket's read and write timeout now (see [`Conn::bound_io`]).
+    pub(crate) timeout: Duration,
 }
 
 impl std::fmt::Debug for Conn {
@@ -45,7 +170,9 @@ impl std::fmt::Debug for Conn {
 /// The pool's connection manager for one server.
 #[derive(Debug)]
 pub struct Manager {
-    client: redis::Client,
+    host: String,
+    port: u16,
+    redis: RedisConnectionInfo,
     settings: ConnectSettings,
     /// Bumped when a connection finds the server gone (it restarted, say): every connection made
     /// before that moment is presumed dead too and is dropped at its next checkout, so a restart
@@ -56,33 +183,68 @@ pub struct Manager {
 impl Manager {
     pub fn new(server: &RedisServer, settings: ConnectSettings) -> Result<Manager, RedisError> {
         install_tls_provider();
-        let addr = if settings.tls {
-            ConnectionAddr::TcpTls {
-                host: server.host.clone(),
-                port: server.port,
-                insecure: false,
-                tls_params: None,
-            }
-        } else {
-            ConnectionAddr::Tcp(server.host.clone(), server.port)
-        };
-        let mut redis = RedisConnectionInfo::default().set_db(server.db);
+        // No `CLIENT SETINFO` at connect: redis-rs reads its two replies one by one, each with the
+        // whole remaining timeout, so a hung server could hold a connect for twice its budget
+        // (and it would cost a round trip per connection).
+        let mut redis = RedisConnectionInfo::default()
+            .set_db(server.db)
+            .set_skip_set_lib_name();
         if let Some(user) = &server.username {
             redis = redis.set_username(user);
         }
         if let Some(password) = &server.password {
             redis = redis.set_password(password.expose());
         }
+        let manager = Manager {
+            host: server.host.clone(),
+            port: server.port,
+            redis,
+            settings,
+            generation: Arc::new(AtomicU64::new(0)),
+        };
+        // A malformed address is reported now rather than at the first connect.
+        manager.client(manager.addr(&server.host))?;
+        Ok(manager)
+    }
+
+    /// Where to connect: `host` is what the socket connects to (an address once resolved), while
+    /// TLS always verifies the configured name.
+    fn addr(&self, host: &str) -> ConnectionAddr {
+        if let Some(path) = self.unix_path() {
+            ConnectionAddr::Unix(path.into())
+        } else if let Some(tls) = &self.settings.tls {
+            ConnectionAddr::TcpTls {
+                host: host.to_owned(),
+                port: self.port,
+                insecure: tls.insecure,
+                tls_params: None,
+            }
+        } else {
+            ConnectionAddr::Tcp(host.to_owned(), self.port)
+        }
+    }
+
+    fn client(&self, addr: ConnectionAddr) -> Result<redis::Client, RedisError> {
         // Every call is one small request and one small reply: never let Nagle hold a request back.
         let info: ConnectionInfo = addr
             .into_connection_info()?
-            .set_redis_settings(redis)
+            .set_redis_settings(self.redis.clone())
             .set_tcp_settings(TcpSettings::default().set_nodelay(true));
-        Ok(Manager {
-            client: redis::Client::open(info)?,
-            settings,
-            generation: Arc::new(AtomicU64::new(0)),
-        })
+        match self
+            .settings
+            .tls
+            .as_ref()
+            .and_then(|t| t.certificates.clone())
+        {
+            Some(certificates) => redis::Client::build_with_tls(info, certificates),
+            None => redis::Client::open(info),
+        }
+    }
+
+    /// A server on this host, reached over its Unix socket: `redis+unix://` puts the socket's
+    /// absolute path where a host name would be (no host name starts with `/`).
+    fn unix_path(&self) -> Option<&str> {
+        self.host.starts_with('/').then_some(self.host.as_str())
     }
 
     /// A handle on the generation counter, shared by every pool of the same server.
@@ -94,17 +256,187 @@ impl Manager {
         self.generation = generation;
         self
     }
+
+    /// A connection within `budget` in all: name lookup, TCP connect (each address gets only what
+    /// is left, not a timeout of its own), TLS and AUTH.
+    ///
+    /// redis-rs would resolve a host name itself, with no bound (getaddrinfo has no timeout), so
+    /// plain TCP resolves under the deadline first and connects to the address. TLS must hand
+    /// redis-rs the name, which it verifies the certificate against, and its handshake reads each
+    /// get the whole remaining timeout (a server sending slowly could stretch them): the whole TLS
+    /// connect runs on a short-lived thread that the caller stops waiting for at the deadline.
+    fn open(&self, budget: Duration) -> Result<redis::Connection, RedisError> {
+        let deadline = Deadline::after(budget);
+        if self.unix_path().is_some() {
+            // A local socket needs no lookup; the connect itself is bounded by what is left.
+            return self
+                .client(self.addr(&self.host))
+                .and_then(|c| c.get_connection_with_timeout(deadline.cap(budget)));
+        }
+        if self.settings.tls.is_some() {
+            return self.open_tls(deadline);
+        }
+        let addrs = leasehold_core::resolve::resolve(&self.host, self.port, deadline)
+            .map_err(|e| io_error(std::io::ErrorKind::NotFound, e.message()))?;
+        let mut last = None;
+        for addr in addrs {
+            let left = deadline.remaining();
+            if left.is_zero() {
+                break;
+            }
+            match self
+                .client(self.addr(&addr.ip().to_string()))
+                .and_then(|c| c.get_connection_with_timeout(left))
+            {
+                Ok(conn) => return Ok(conn),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            io_error(
+                std::io::ErrorKind::TimedOut,
+                &format!("connect to {}:{} timed out", self.host, self.port),
+            )
+        }))
+    }
+
+    fn open_tls(&self, deadline: Deadline) -> Result<redis::Connection, RedisError> {
+        // rustls takes an IPv6 literal without its brackets.
+        let name = self.host.trim_start_matches('[').trim_end_matches(']');
+        let client = self.client(self.addr(name))?;
+        let left = deadline.remaining();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("leasehold-connect".into())
+            .spawn(move || {
+                let _ = tx.send(client.get_connection_with_timeout(left));
+            })
+            .map_err(RedisError::from)?;
+        match rx.recv_timeout(left) {
+            Ok(result) => result,
+            Err(_) => Err(io_error(
+                std::io::ErrorKind::TimedOut,
+                &format!(
+                    "connect to {}:{} took longer than {} ms",
+                    self.host,
+                    self.port,
+                    left.as_millis()
+                ),
+            )),
+        }
+    }
+
+    /// `err`, met while connecting or on a connection's first commands, with what it most likely
+    /// means said in words: which certificate check failed, that the server wants a client
+    /// certificate, or that a plain-text connection met a TLS-only port. Never quotes a secret:
+    /// only rustls's and the OS's own words and our settings' file names are added.
+    pub(crate) fn explain(&self, err: RedisError) -> RedisError {
+        let Some(tls) = &self.settings.tls else {
+            if crate::errors::is_dropped(&err) && self.unix_path().is_none() {
+                return io_error(
+                    std::io::ErrorKind::ConnectionReset,
+                    &format!(
+                        "the server closed the connection at once ({err}): if {}:{} accepts only \
+                         TLS, use a TLS scheme (rediss://, redlocks://, …)",
+                        self.host, self.port
+                    ),
+                );
+            }
+            return err;
+        };
+        let Some(rustls_error) = find_rustls_error(&err) else {
+            return err;
+        };
+        use rustls::{AlertDescription as Alert, CertificateError as Cert};
+        let what = match rustls_error {
+            rustls::Error::InvalidCertificate(cert) => match cert {
+                Cert::UnknownIssuer | Cert::BadSignature | Cert::UnknownRevocationStatus => {
+                    format!(
+                        "the server's certificate is not signed by a CA of {} ({cert:?})",
+                        tls.roots()
+                    )
+                }
+                Cert::Expired | Cert::ExpiredContext { .. } => {
+                    "the server's certificate has expired".to_owned()
+                }
+                Cert::NotValidYet | Cert::NotValidYetContext { .. } => {
+                    "the server's certificate is not valid yet".to_owned()
+                }
+                Cert::NotValidForName | Cert::NotValidForNameContext { .. } => format!(
+                    "the server's certificate is not valid for the host name {} ({cert:?})",
+                    self.host
+                ),
+                // A self-signed certificate is its own CA: webpki says so rather than
+                // "unknown issuer".
+                other if format!("{other:?}").contains("CaUsedAsEndEntity") => format!(
+                    "the server's certificate is a CA's (self-signed?), not signed by a CA of {}",
+                    tls.roots()
+                ),
+                other => format!("the server's certificate was refused ({other:?})"),
+            },
+            rustls::Error::AlertReceived(
+                alert @ (Alert::CertificateRequired
+                | Alert::HandshakeFailure
+                | Alert::BadCertificate
+                | Alert::UnknownCA
+                | Alert::CertificateUnknown
+                | Alert::AccessDenied),
+            ) => {
+                if tls.client_certificate {
+                    format!("the server refused our client certificate (tls_cert_file): alert {alert:?}")
+                } else {
+                    format!(
+                        "the server requires a client certificate: set tls_cert_file and \
+                         tls_key_file (alert {alert:?})"
+                    )
+                }
+            }
+            other => format!("TLS failed: {other}"),
+        };
+        io_error(
+            std::io::ErrorKind::InvalidData,
+            &format!("TLS with {}:{}: {what}", self.host, self.port),
+        )
+    }
+}
+
+/// The rustls error under a redis-rs error, if any: an I/O error of the TLS stream wraps it, or
+/// redis-rs holds it itself (behind an `Arc`, whose `source` would skip it).
+fn find_rustls_error(err: &RedisError) -> Option<&rustls::Error> {
+    type Shared = Arc<dyn std::error::Error + Send + Sync>;
+    let inner = std::error::Error::source(err)?;
+    let inner: &(dyn std::error::Error + 'static) = match inner.downcast_ref::<Shared>() {
+        Some(shared) => shared.as_ref(),
+        None => inner,
+    };
+    inner.downcast_ref::<rustls::Error>().or_else(|| {
+        inner
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+            .and_then(|e| e.downcast_ref::<rustls::Error>())
+    })
+}
+
+fn io_error(kind: std::io::ErrorKind, message: &str) -> RedisError {
+    RedisError::from(std::io::Error::new(kind, message.to_owned()))
 }
 
 impl leasehold_core::pool::ManageConnection for Manager {
     type Connection = Conn;
     type Error = RedisError;
 
-    fn connect(&self) -> Result<Conn, RedisError> {
+    fn connect(&self, budget: Duration) -> Result<Conn, RedisError> {
         let generation = self.generation.load(Ordering::Acquire);
+        if self.settings.tls.as_ref().is_some_and(Tls::insecure) {
+            tracing::warn!(
+                server = %format_args!("{}:{}", self.host, self.port),
+                "tls_insecure=true: TLS without any certificate check; anyone on the path can \
+                 read and change this connection, passwords and locks included"
+            );
+        }
         let inner = self
-            .client
-            .get_connection_with_timeout(self.settings.connect_timeout)?;
+            .open(budget.min(self.settings.connect_timeout))
+            .map_err(|e| self.explain(e))?;
         inner.set_read_timeout(Some(self.settings.io_timeout))?;
         inner.set_write_timeout(Some(self.settings.io_timeout))?;
         Ok(Conn {
@@ -112,13 +444,32 @@ impl leasehold_core::pool::ManageConnection for Manager {
             broken: false,
             generation,
             made: Instant::now(),
+            timeout: self.settings.io_timeout,
         })
+    }
+
+    fn is_permanent(&self, err: &RedisError) -> bool {
+        crate::errors::is_permanent_connect(err)
     }
 
     fn has_broken(&self, conn: &mut Conn) -> bool {
         conn.broken
             || !conn.inner.is_open()
             || conn.generation < self.generation.load(Ordering::Acquire)
+    }
+}
+
+impl Conn {
+    /// Sets the socket's read and write timeouts to `io`, or less when the operation's deadline is
+    /// nearer, so a command never outlives the operation. Only a change costs a system call.
+    pub(crate) fn bound_io(&mut self, io: Duration, deadline: Deadline) -> RedisResult<()> {
+        let want = deadline.cap(io).max(Duration::from_millis(1));
+        if want != self.timeout {
+            self.inner.set_read_timeout(Some(want))?;
+            self.inner.set_write_timeout(Some(want))?;
+            self.timeout = want;
+        }
+        Ok(())
     }
 }
 

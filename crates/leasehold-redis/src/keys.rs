@@ -1,15 +1,42 @@
-//! Where a lease lives in Redis. Each user key maps to Redis keys in separate namespaces under the
-//! configured prefix, so no user key can ever name another key's auxiliary data:
-//! - `{prefix}l:{key}`: the owner's token, with the lease's expiry;
-//! - `{prefix}f:{key}`: the fence counter (kept forever, so fences keep increasing across
-//!   releases);
-//! - `{prefix}q:{key}` and `{prefix}h:{key}`: the waiters' queue and their heartbeats (only while
-//!   someone waits; they expire);
-//! - `{prefix}s:{token}:{key}`: one waiter's wake-up list (the token has a fixed length, so the
-//!   name is unambiguous; it expires);
-//! - `{prefix}rq:{key}` and `{prefix}rh:{key}`: Redlock's waiter ranking on each node.
+//! Where a lease lives in Redis: one layout for every topology (one server, a Unix socket,
+//! Sentinel, Cluster, Redlock's nodes).
+//!
+//! Every Redis key of one lease starts with the same *base*:
+//!
+//! ```text
+//! base = prefix ‖ "{" ‖ hex(first 8 bytes of SHA-256(prefix ‖ key)) ‖ "}"
+//! ```
+//!
+//! and then a namespace tag and the user key:
+//! - `base ‖ "l:" ‖ key`: the owner's token, with the lease's expiry;
+//! - `base ‖ "f:" ‖ key`: the fence counter (a hybrid logical clock; it expires after the fence
+//!   retention, see the crate docs);
+//! - `base ‖ "q:" ‖ key` and `base ‖ "h:" ‖ key`: the waiters' queue and their heartbeats (only
+//!   while someone waits; they expire);
+//! - `base ‖ "s:" ‖ token ‖ ":" ‖ key`: one waiter's wake-up list (the token has a fixed length,
+//!   so the name is unambiguous; it expires);
+//! - `base ‖ "rq:" ‖ key` and `base ‖ "rh:" ‖ key`: Redlock's waiter ranking on each node;
+//! - other kinds of lease add tags of their own through [`namespaced`].
+//!
+//! Why: a Redis Cluster hashes a key by the text between its first `{` and the first `}` after
+//! it (the *hash tag*), so every key of a lease lands in one slot and each script touches one
+//! slot (no `CROSSSLOT`). The tag is a digest, never the user key itself, so a key containing `{`
+//! or `}` (or any byte) cannot move its lease's keys apart, and leases spread evenly over the
+//! slots. A prefix containing braces still gives one slot per lease: the text before our `}` is
+//! the same for every key of the lease, so whatever tag Redis finds there is too — except a
+//! prefix whose first `{` is followed at once by `}` (an empty tag makes Redis hash the whole
+//! name), which [`check_prefix_for_cluster`] refuses on a Cluster.
+//!
+//! The digest covers the prefix too, so two prefixes never share every slot choice. The user
+//! key still appears in full after the tag, so no two leases (and no two namespaces) can share a
+//! name, whatever the key holds.
+//!
+//! Keys written by Leasehold 0.1 (`prefix ‖ "l:" ‖ key`, no tag) are not read by this layout:
+//! upgrade all clients of one Redis together (leases are short-lived; fences continue from the
+//! server's clock, so they keep increasing across the upgrade).
 
-use leasehold_core::{Key, Token};
+use leasehold_core::{Error, Key, Result, Token};
+use sha2::{Digest, Sha256};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisKeys {
@@ -17,17 +44,34 @@ pub struct RedisKeys {
     pub fence: Vec<u8>,
     pub queue: Vec<u8>,
     pub heartbeats: Vec<u8>,
-    /// `{prefix}s:`: a signal list's name is this, the waiter's token, then
+    /// `base ‖ "s:"`: a signal list's name is this, the waiter's token, then
     /// [`RedisKeys::signal_suffix`].
     pub signal_prefix: Vec<u8>,
-    /// `:{key}`
+    /// `":" ‖ key`
     pub signal_suffix: Vec<u8>,
 }
 
-/// `{prefix}{tag}{key}`: the name of one of a key's Redis keys.
-pub fn namespaced(prefix: &str, tag: &[u8], key: &Key) -> Vec<u8> {
-    let mut out = Vec::with_capacity(prefix.len() + tag.len() + key.as_bytes().len());
+/// `prefix ‖ "{" ‖ 16 hex digits ‖ "}"`: what every Redis key of the lease of `key` starts with.
+pub fn base(prefix: &str, key: &Key) -> Vec<u8> {
+    let mut digest = Sha256::new();
+    digest.update(prefix.as_bytes());
+    digest.update(key.as_bytes());
+    let digest = digest.finalize();
+    let mut out = Vec::with_capacity(prefix.len() + 18 + 4 + key.as_bytes().len());
     out.extend_from_slice(prefix.as_bytes());
+    out.push(b'{');
+    out.extend_from_slice(hex::encode(&digest[..8]).as_bytes());
+    out.push(b'}');
+    out
+}
+
+/// `base ‖ tag ‖ key`: the name of one of a lease's Redis keys (`tag` names the namespace, such
+/// as `l:`; give each kind of key a tag of its own, ending in `:`).
+pub fn namespaced(prefix: &str, tag: &[u8], key: &Key) -> Vec<u8> {
+    with_base(base(prefix, key), tag, key)
+}
+
+fn with_base(mut out: Vec<u8>, tag: &[u8], key: &Key) -> Vec<u8> {
     out.extend_from_slice(tag);
     out.extend_from_slice(key.as_bytes());
     out
@@ -35,8 +79,9 @@ pub fn namespaced(prefix: &str, tag: &[u8], key: &Key) -> Vec<u8> {
 
 impl RedisKeys {
     pub fn new(prefix: &str, key: &Key) -> Self {
-        let make = |tag: &[u8]| namespaced(prefix, tag, key);
-        let mut signal_prefix = prefix.as_bytes().to_vec();
+        let base = base(prefix, key);
+        let make = |tag: &[u8]| with_base(base.clone(), tag, key);
+        let mut signal_prefix = base.clone();
         signal_prefix.extend_from_slice(b"s:");
         let mut signal_suffix = b":".to_vec();
         signal_suffix.extend_from_slice(key.as_bytes());
@@ -57,27 +102,148 @@ impl RedisKeys {
         out.extend_from_slice(&self.signal_suffix);
         out
     }
+
+    /// The Cluster hash slot all of this lease's keys live in.
+    pub fn slot(&self) -> u16 {
+        slot(&self.lock)
+    }
+}
+
+/// Refuses a prefix that would split a lease over several Cluster slots: one whose first `{` is
+/// directly followed by `}` (Redis then hashes each whole name, and the names differ).
+pub fn check_prefix_for_cluster(prefix: &str) -> Result<()> {
+    match prefix.find('{') {
+        Some(open) if prefix.as_bytes().get(open + 1) == Some(&b'}') => {
+            Err(Error::invalid(format!(
+                "prefix {:?} contains `{{}}` before any other brace: on a Redis Cluster its keys \
+                 would not share a slot; drop the empty braces",
+                prefix
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The Redis Cluster hash slot of a key name: CRC16 (XMODEM) of its hash tag (or of the whole
+/// name when it has no non-empty tag), modulo 16384.
+pub fn slot(name: &[u8]) -> u16 {
+    let hashed = name
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &name[open + 1..];
+            let close = rest.iter().position(|&b| b == b'}')?;
+            (close > 0).then(|| &rest[..close])
+        })
+        .unwrap_or(name);
+    crc16(hashed) % 16384
+}
+
+fn crc16(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in data {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn all(keys: &RedisKeys) -> Vec<Vec<u8>> {
+        let token = Token::from_bytes([0xab; 16]);
+        vec![
+            keys.lock.clone(),
+            keys.fence.clone(),
+            keys.queue.clone(),
+            keys.heartbeats.clone(),
+            keys.signal(&token),
+        ]
+    }
+
     #[test]
     fn namespaces_never_overlap() {
         let a = RedisKeys::new("p:", &Key::new(b"x").unwrap());
-        assert_eq!(a.lock, b"p:l:x");
-        assert_eq!(a.fence, b"p:f:x");
-        assert_eq!(a.queue, b"p:q:x");
-        assert_eq!(a.heartbeats, b"p:h:x");
+        let base = base("p:", &Key::new(b"x").unwrap());
+        assert_eq!(base.len(), 2 + 18);
+        assert!(base.starts_with(b"p:{") && base.ends_with(b"}"));
+        assert_eq!(a.lock, [&base[..], b"l:x"].concat());
+        assert_eq!(a.fence, [&base[..], b"f:x"].concat());
+        assert_eq!(a.queue, [&base[..], b"q:x"].concat());
+        assert_eq!(a.heartbeats, [&base[..], b"h:x"].concat());
         let token = Token::from_bytes([0xab; 16]);
-        assert_eq!(a.signal(&token), b"p:s:abababababababababababababababab:x");
+        assert_eq!(
+            a.signal(&token),
+            [&base[..], b"s:abababababababababababababababab:x"].concat()
+        );
+        assert_eq!(namespaced("p:", b"l:", &Key::new(b"x").unwrap()), a.lock);
         // A user key that spells out another key's auxiliary name still lands in the lock
-        // namespace.
+        // namespace, under a base of its own.
         let b = RedisKeys::new("p:", &Key::new(b"f:x").unwrap());
-        assert_eq!(b.lock, b"p:l:f:x");
+        assert!(b.lock.ends_with(b"l:f:x"));
         assert_ne!(b.lock, a.fence);
         let binary = RedisKeys::new("", &Key::new(b"\0\xff").unwrap());
-        assert_eq!(binary.lock, b"l:\0\xff");
+        assert!(binary.lock.starts_with(b"{") && binary.lock.ends_with(b"}l:\0\xff"));
+    }
+
+    #[test]
+    fn slots_match_redis() {
+        // Known values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(crc16(b"123456789"), 0x31c3);
+        assert_eq!(slot(b"foo"), 12182);
+        assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
+        assert_eq!(slot(b"foo{}{bar}"), slot(b"foo{}{bar}"));
+        assert_ne!(
+            slot(b"foo{}{bar}"),
+            slot(b"bar"),
+            "an empty tag hashes the whole name"
+        );
+        assert_eq!(slot(b"foo{{bar}}zap"), slot(b"{bar"));
+        assert_eq!(slot(b"foo{bar}{zap}"), slot(b"bar"));
+    }
+
+    #[test]
+    fn every_key_of_a_lease_shares_one_slot_whatever_the_key_or_prefix() {
+        let keys: [&[u8]; 7] = [b"x", b"{", b"}", b"{a}", b"}{", b"\0{\xff}", b"{}"];
+        let prefixes = ["", "leasehold:", "a{", "a}", "{b}", "a{b", "}{", "x}{y"];
+        for prefix in prefixes {
+            check_prefix_for_cluster(prefix).unwrap();
+            for key in keys {
+                let key = Key::new(key).unwrap();
+                let names = all(&RedisKeys::new(prefix, &key));
+                let first = slot(&names[0]);
+                for name in &names {
+                    assert_eq!(slot(name), first, "prefix {prefix:?} key {key:?}");
+                }
+                assert_eq!(slot(&namespaced(prefix, b"w:", &key)), first);
+            }
+        }
+        // The one prefix that cannot work is refused.
+        assert!(check_prefix_for_cluster("a{}b").is_err());
+        assert!(check_prefix_for_cluster("{}").is_err());
+        assert!(check_prefix_for_cluster("a}{}").is_err());
+        check_prefix_for_cluster("a}{x}{}").unwrap();
+    }
+
+    #[test]
+    fn leases_spread_over_the_slots() {
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..1000 {
+            let key = Key::new(format!("k{i}").as_bytes()).unwrap();
+            seen.insert(RedisKeys::new("leasehold:", &key).slot());
+        }
+        assert!(
+            seen.len() > 950,
+            "{} distinct slots of 1000 keys",
+            seen.len()
+        );
     }
 }

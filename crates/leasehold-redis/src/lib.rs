@@ -1,25 +1,48 @@
 //! Leasehold's Redis backends: `redis://` (and `rediss://`, the same over TLS), and
 //! `redlock://h1,h2,h3[,…]` ([`RedlockBackend`]: one lease over a majority of N independent
-//! masters, with a fence that keeps increasing while a majority keeps its data; see `redlock.rs`,
-//! `fence.rs` and `fanout.rs`).
+//! masters, with a fence that keeps increasing while a majority keeps its data; see `redlock/mod.rs`,
+//! `redlock/fence.rs` and `redlock/fanout.rs`).
 //!
 //! A lease is a Redis key holding the owner's random token with a millisecond expiry. Acquire is
-//! one Lua script (SET NX PX plus the per-key fence INCR, or the holder's PTTL on conflict),
+//! one Lua script (SET NX PX plus the key's next fence, or the holder's PTTL on conflict),
 //! release is compare-and-delete, extend is compare-and-PEXPIRE; scripts are loaded at connect,
 //! sent by SHA (EVALSHA) and reloaded on NOSCRIPT. Keys and tokens travel only as KEYS/ARGV.
 //!
 //! Waiting is native and first come, first served: a waiting `acquire` joins the key's queue and
-//! blocks in `BLPOP` on a list of its own; a release pushes one signal to the queue's head only,
-//! and a free key goes to nobody else, so a handoff costs about one round trip and wakes one
-//! waiter, and a holder that asks again at once goes to the back of the line. A waiter never blocks
+//! blocks in `BLPOP` on a list of its own; a release hands an exclusive lock straight to the
+//! queue's live head (its token, TTL and fence written by the release script, the grant pushed
+//! onto its list), so the waiter wakes holding the lease one message after the release, nobody
+//! races for the key, and a holder that asks again at once goes to the back of the line. Shared
+//! locks and semaphores wake their head to try again instead. A waiter never blocks
 //! past the holder's remaining TTL, so a crashed holder's expiry is noticed on time. See
 //! `single.rs` and `scripts.rs` for the details.
+//!
+//! Fences: a hybrid logical clock per key, drawn inside the acquire script: `fence = max(stored +
+//! 1, server time in µs)` (from `TIME`), stored back in the key's counter `{prefix}f:{key}`. While
+//! the counter lives, fences rise by `stored + 1` whatever the clock does. When it is lost — the
+//! server restarted without persistence, a failover to a replica that missed the last write, an
+//! eviction — or has expired, the server's clock takes over, and it is past every fence the lost
+//! counter held: a fence is never ahead of the clock that made it (a script cannot run twice in one
+//! microsecond). Fences are about 1.7 × 10^15 today (µs since 1970): never 0, not consecutive, far
+//! inside `u64` (and exact in Lua's doubles until the year 2255).
+//!
+//! The counter expires 24 h after the key's last acquisition
+//! ([`node::DEFAULT_FENCE_RETENTION`], [`RedisBackend::with_fence_retention`]), so a key locked
+//! once leaves nothing behind for longer than that. The bound, in full: **fences keep increasing as
+//! long as the server's clock never steps back by more than the time since the key's last fence
+//! when the counter is lost (a restart takes seconds), and by no more than the retention (24 h) in
+//! all while the counter lives.** On failover, the promoted replica's clock must agree with the old
+//! master's to within the failover time. Clocks kept by NTP (which slews rather than steps) are far
+//! inside both. Redlock rounds the clock part to 10 ms so its nodes agree (see `redlock/fence.rs`).
 //!
 //! Layout, for reuse by Redlock (N independent [`node::Node`]s): [`keys`] (where a lease lives),
 //! `scripts` (the Lua), `connection` (opening connections: timeouts, AUTH, db, TLS), [`node`] (one
 //! server: pools and script calls, each bounded), `single` (the one-server backend), `redlock`
-//! (Redlock's quorum rounds), `fence` (its fence), `fanout` (its parallel calls), `redlock_node`
-//! (its own calls on one node) and `redlock_wait` (how its waiters pace their rounds).
+//! (Redlock: the backend in `mod.rs`, one quorum round in `round.rs` counted by `tally.rs`, its
+//! fence in `fence.rs`, its parallel calls in `fanout.rs` and `pipeline.rs`, its own calls on one
+//! node in `node.rs` and `kinds.rs`, how its waiters pace their rounds in `wait.rs`); shared
+//! locks, semaphores, restore and force-release in `kinds` (routed like every call, through
+//! `topology`) and `kind_keys` (their key names).
 //!
 //! Operational notes:
 //! - Connections: up to `pool_size` for lease operations plus up to `pool_size` for blocked
@@ -31,9 +54,15 @@
 //! - A call that timed out against a hung server may still run when the server wakes up: a late
 //!   acquire then holds the key under a token nobody has, until its TTL.
 //! - Run Redis with `maxmemory-policy noeviction` (an evicting policy drops exactly the expiring
-//!   lock keys). Fence counters (`{prefix}f:{key}`) are kept forever so fences keep increasing: one
-//!   small key per distinct lock key. A waiter's signal list (`{prefix}s:{token}:{key}`) holds at
-//!   most one entry and expires after connect + I/O timeout.
+//!   lock keys). Fence counters (`{prefix}f:{key}`) expire after the fence retention: one small key
+//!   per key locked in the last 24 h. A waiter's signal list (`{prefix}s:{token}:{key}`) holds at
+//!   most one entry (a wake-up or a grant) and expires after connect + I/O timeout.
+//! - Bounds: each operation has one deadline (`acquire`: wait + connect + I/O; the others:
+//!   connect and I/O), and its pool checkout, connect, name lookup, resend on a stale connection, commands
+//!   and (Redlock) rounds, give-backs and fence write-backs all draw on it. Host names are resolved
+//!   under that deadline (redis-rs's own lookup has no bound); for `rediss://` with a host name the
+//!   TLS connect runs on a short-lived thread the caller stops waiting for at the deadline, so the
+//!   certificate is still verified against the name.
 //! - A waiter renews its queue place every heartbeat (250 ms, see
 //!   [`RedisBackend::with_waiter_heartbeat`]); one that stops (a crashed process) is dropped 750 ms
 //!   after its last renewal. A key it was due to get stays reserved for it meanwhile, so a crashed
@@ -46,15 +75,15 @@
 
 mod connection;
 mod errors;
-mod fanout;
-mod fence;
 pub mod keys;
+mod kind_keys;
+mod kinds;
 pub mod node;
+mod pause;
 mod redlock;
-mod redlock_node;
-mod redlock_wait;
 mod scripts;
 mod single;
+mod topology;
 
 pub use connection::ConnectSettings;
 pub use redlock::RedlockBackend;

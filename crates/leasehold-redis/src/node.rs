@@ -2,9 +2,10 @@
 //! blocked in `BLPOP`, and the scripts. The single-server backend is one node; Redlock is N of
 //! them.
 //!
-//! Every call is bounded: a checkout waits at most the connect timeout, and every command runs on a
-//! connection whose read and write timeouts are the I/O timeout (a `BLPOP` gets its block time on
-//! top).
+//! Every call is bounded by the operation's one [`Deadline`]: the pool checkout, the connect, a
+//! resend on a fresh connection after a stale one and the command itself all take only what is left
+//! of it (a command's read and write timeouts are the I/O timeout, or less near the deadline; a
+//! `BLPOP` gets its block time on top, within the same deadline).
 
 use crate::connection::{Conn, ConnectSettings, Manager};
 use crate::errors::{breaks_connection, from_pool, from_redis, is_dropped};
@@ -14,10 +15,13 @@ use crate::scripts::{
 };
 use leasehold_core::config::RedisServer;
 use leasehold_core::pool::{ManageConnection, Pool, PooledConnection};
-use leasehold_core::{Error, KeyInfo, Result, Token, Ttl};
-use redis::{Connection, RedisResult};
+use leasehold_core::{Deadline, Error, KeyInfo, Result, Token, Ttl};
+use redis::{
+    from_redis_value, Connection, ConnectionLike, ErrorKind, FromRedisValue, RedisError,
+    RedisResult, Script, ServerErrorKind, Value,
+};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,10 +45,29 @@ pub enum Mode {
     /// One attempt: refused while the key is held or reserved; never queues.
     Try,
     /// An attempt of a waiting `acquire`: refused, it joins the queue (or renews its heartbeat
-    /// there); the queue entry lapses `waiter_ttl` after the last attempt.
-    Wait { waiter_ttl: Duration },
+    /// there); the queue entry lapses `waiter_ttl` after the last attempt. While `grant_within`
+    /// has not passed since the attempt reached the server, a release may hand the key straight
+    /// to this waiter (see [`Signal::Granted`]); zero: never.
+    Wait {
+        waiter_ttl: Duration,
+        grant_within: Duration,
+    },
     /// The final attempt of a waiting `acquire`: refused, it leaves the queue.
     Last,
+}
+
+/// What a blocked waiter learned from its signal list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Signal {
+    /// The block time ran out (or the wait could not start): try again.
+    TimedOut,
+    /// Woken: the key was freed or its holder changed; try again.
+    Woken,
+    /// A release handed the key over: this waiter's token holds it now, with this fence and the
+    /// waiter's own TTL, counted on the server from some moment after the waiter's latest attempt
+    /// reached it.
+    Granted(u64),
 }
 
 pub struct Node {
@@ -60,7 +83,18 @@ pub struct Node {
     settings: ConnectSettings,
     secrets: Vec<String>,
     blocks_fractionally: bool,
+    /// How long a key's fence counter is kept after its last acquisition (see the crate docs).
+    fence_retention: Duration,
+    /// `replicas=N` and its `WAIT` timeout (see [`Node::set_replicas`]).
+    replicas: u32,
+    replicas_timeout: Duration,
+    /// How many replicas the last `WAIT` reported (-1: none yet), for `leasehold status`.
+    last_acked: AtomicI64,
 }
+
+/// How long a fence counter outlives the key's last acquisition: the bound on how far a server's
+/// clock may step back without a fence going backwards (see the crate docs).
+pub const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
 impl fmt::Debug for Node {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -73,24 +107,232 @@ impl fmt::Debug for Node {
     }
 }
 
-enum Failure {
+/// Why a call failed, as far as routing cares (see `topology.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub(crate) enum Hint {
+    /// Nothing a new route could fix (a bug, a refused ACL, the operation's deadline).
+    None,
+    /// A Cluster node says the slot lives at `host:port` now (`MOVED`).
+    Moved(String),
+    /// A Cluster node says to ask `host:port` this once, the slot being migrated (`ASK`).
+    Ask(String),
+    /// The node is unreachable, hung, or no longer the master (`READONLY`, `MASTERDOWN`,
+    /// `CLUSTERDOWN`, `TRYAGAIN`, `LOADING`): look for the master again.
+    Reroute,
+}
+
+pub(crate) struct Failure {
+    pub(crate) error: Error,
     /// No connection within the checkout time.
-    Checkout(Error),
-    /// The command failed (`timed_out`: no answer within the read timeout; `dropped`: the server
-    /// closed the connection).
-    Command {
-        error: Error,
-        timed_out: bool,
-        dropped: bool,
-    },
+    checkout: bool,
+    /// No answer within the read timeout.
+    timed_out: bool,
+    /// The server closed the connection.
+    dropped: bool,
+    pub(crate) hint: Hint,
 }
 
 impl Failure {
-    fn into_error(self) -> Error {
-        match self {
-            Failure::Checkout(e) | Failure::Command { error: e, .. } => e,
+    pub(crate) fn into_error(self) -> Error {
+        self.error
+    }
+
+    fn from_error(error: Error) -> Failure {
+        Failure {
+            error,
+            checkout: false,
+            timed_out: false,
+            dropped: false,
+            hint: Hint::None,
         }
     }
+}
+
+impl From<Failure> for Error {
+    fn from(f: Failure) -> Error {
+        f.error
+    }
+}
+
+/// How a call is sent: plainly, or (Cluster, a slot being migrated) after `ASKING`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Via {
+    pub(crate) asking: bool,
+}
+
+/// One script call: EVALSHA (loading the script on NOSCRIPT, on whichever node answers), after
+/// `ASKING` if asked to, and followed in the same round trip by `WAIT` when replicas must
+/// acknowledge it. The keys and arguments are written once, straight into their wire form (RESP
+/// bulk strings), so a call costs one buffer rather than a vector per argument and a command
+/// copied twice.
+struct ScriptCall<'a> {
+    script: &'a Script,
+    keys: usize,
+    args: usize,
+    /// The keys, then the arguments, as RESP bulk strings.
+    body: Vec<u8>,
+}
+
+/// What a script call takes as an argument.
+trait Arg {
+    fn write_to(&self, out: &mut Vec<u8>);
+}
+
+/// Bytes of any form (`&[u8]`, `&Vec<u8>`, `&str`): each goes as its bytes, so one impl serves.
+impl<T: AsRef<[u8]> + ?Sized> Arg for &T {
+    fn write_to(&self, out: &mut Vec<u8>) {
+        bulk(out, (*self).as_ref());
+    }
+}
+
+impl Arg for u64 {
+    fn write_to(&self, out: &mut Vec<u8>) {
+        let mut digits = [0u8; 20];
+        bulk(out, decimal(*self, &mut digits));
+    }
+}
+
+/// `n` in decimal, written at the end of `buf`.
+fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        // `n % 10` is below 10: the cast cannot truncate.
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[at..];
+        }
+    }
+}
+
+/// A RESP bulk string: `$len\r\nbytes\r\n`.
+fn bulk(out: &mut Vec<u8>, bytes: &[u8]) {
+    let mut digits = [0u8; 20];
+    out.push(b'$');
+    out.extend_from_slice(decimal(bytes.len() as u64, &mut digits));
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(bytes);
+    out.extend_from_slice(b"\r\n");
+}
+
+impl<'a> ScriptCall<'a> {
+    fn new(script: &'a Script) -> Self {
+        ScriptCall {
+            script,
+            keys: 0,
+            args: 0,
+            body: Vec::with_capacity(512),
+        }
+    }
+
+    /// The script's KEYS, in order, before any argument: one list, so a call's keys stand on one
+    /// line.
+    fn keys<const N: usize>(mut self, keys: [&[u8]; N]) -> Self {
+        debug_assert_eq!(self.args, 0, "a key after an argument");
+        for key in keys {
+            bulk(&mut self.body, key);
+            self.keys += 1;
+        }
+        self
+    }
+
+    fn arg(mut self, arg: impl Arg) -> Self {
+        arg.write_to(&mut self.body);
+        self.args += 1;
+        self
+    }
+
+    /// `EVALSHA sha numkeys keys… args…` in wire form, appended to `out`.
+    fn write_evalsha(&self, out: &mut Vec<u8>) {
+        let mut digits = [0u8; 20];
+        out.push(b'*');
+        out.extend_from_slice(decimal((3 + self.keys + self.args) as u64, &mut digits));
+        out.extend_from_slice(b"\r\n$7\r\nEVALSHA\r\n");
+        bulk(out, self.script.get_hash().as_bytes());
+        bulk(out, decimal(self.keys as u64, &mut digits));
+        out.extend_from_slice(&self.body);
+    }
+
+    /// The script's reply and, with `wait` (replicas, timeout ms), how many replicas acknowledged
+    /// it.
+    fn send<T: FromRedisValue>(
+        &self,
+        c: &mut Connection,
+        via: Via,
+        wait: Option<(u32, u64)>,
+    ) -> RedisResult<(T, Option<i64>)> {
+        let mut loaded = false;
+        loop {
+            let mut packed = Vec::with_capacity(self.body.len() + 96);
+            if via.asking {
+                packed.extend_from_slice(b"*1\r\n$6\r\nASKING\r\n");
+            }
+            self.write_evalsha(&mut packed);
+            if let Some((replicas, ms)) = wait {
+                packed.extend(
+                    redis::cmd("WAIT")
+                        .arg(replicas)
+                        .arg(ms)
+                        .get_packed_command(),
+                );
+            }
+            let count = 1 + usize::from(via.asking) + usize::from(wait.is_some());
+            let reply = if count == 1 {
+                // The common case: one reply, no vector of them.
+                c.req_packed_command(&packed)
+                    .and_then(|v| ok(Some(v)))
+                    .map(|v| (v, None))
+            } else {
+                let mut replies = c.req_packed_commands(&packed, 0, count)?.into_iter();
+                if via.asking {
+                    ok(replies.next())?;
+                }
+                ok(replies.next()).map(|v| (v, Some(replies)))
+            };
+            match reply {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) && !loaded => {
+                    // Flushed or never loaded on this node (a Cluster node, a promoted replica):
+                    // load it and send again (an `ASK` target gets `ASKING` again too).
+                    self.script.load(c)?;
+                    loaded = true;
+                }
+                Err(e) => return Err(e),
+                Ok((value, mut rest)) => {
+                    let acked = match (wait, rest.as_mut()) {
+                        (Some(_), Some(rest)) => Some(from_redis_value::<i64>(ok(rest.next())?)?),
+                        _ => None,
+                    };
+                    return Ok((from_redis_value::<T>(value)?, acked));
+                }
+            }
+        }
+    }
+}
+
+/// One reply of a pipeline, an error reply turned into an error.
+fn ok(reply: Option<Value>) -> RedisResult<Value> {
+    match reply {
+        Some(Value::ServerError(e)) => Err(e.into()),
+        Some(v) => Ok(v),
+        None => Err(RedisError::from((
+            ErrorKind::UnexpectedReturnType,
+            "a reply is missing from the pipeline",
+        ))),
+    }
+}
+
+/// A public call of [`Node`]: its crate-private form (`…_via`, `…_routed`, which keeps what routing
+/// needs to know about a failure) with these arguments and any given after `;` (`Via::default()`:
+/// sent plainly), its failure as a plain [`Error`]. A macro so that each parameter list stands once.
+macro_rules! plain {
+    ($(#[$doc:meta])* $name:ident = $inner:ident($($arg:ident: $ty:ty),* $(; $extra:expr)?) -> $out:ty) => {
+        $(#[$doc])*
+        pub fn $name(&self, $($arg: $ty),*) -> Result<$out> {
+            self.$inner($($arg,)* $($extra)?).map_err(Failure::into_error)
+        }
+    };
 }
 
 impl Node {
@@ -102,29 +344,38 @@ impl Node {
         pool_size: u32,
         secrets: Vec<String>,
     ) -> Result<Node> {
+        let deadline = Deadline::for_call(settings.connect_timeout, settings.io_timeout);
         let mut node = Node::unchecked(server, settings, pool_size, secrets)?;
-        node.blocks_fractionally = node.check()?;
+        node.blocks_fractionally = node.check(deadline)?;
         Ok(node)
     }
 
     /// Builds the pools without talking to the server (only a malformed address fails here), for
     /// Redlock, which must start with a minority of its nodes down. Connections are made on first
     /// use; [`Node::check`] tests the server.
+    ///
+    /// A `server.host` starting with `/` is the path of a Unix socket (`redis+unix://`).
     pub fn unchecked(
         server: &RedisServer,
         settings: ConnectSettings,
         pool_size: u32,
         secrets: Vec<String>,
     ) -> Result<Node> {
-        let name = server.to_string();
-        let refs: Vec<&str> = secrets.iter().map(String::as_str).collect();
-        let manager = Manager::new(server, settings.clone())
-            .map_err(|e| Error::invalid(leasehold_core::secret::redact(&e.to_string(), &refs)))?;
+        let name = if server.host.starts_with('/') {
+            format!("unix:{}", server.host)
+        } else {
+            server.to_string()
+        };
+        let manager = Manager::new(server, settings.clone()).map_err(|e| {
+            Error::invalid(leasehold_core::secret::redact(&e.to_string(), &secrets))
+        })?;
         let generation = manager.generation();
         let make = || {
             Manager::new(server, settings.clone())
                 .map(|m| m.with_generation(generation.clone()))
-                .map_err(|e| Error::invalid(leasehold_core::secret::redact(&e.to_string(), &refs)))
+                .map_err(|e| {
+                    Error::invalid(leasehold_core::secret::redact(&e.to_string(), &secrets))
+                })
         };
         let waiter_manager = make()?;
         let probe = make()?;
@@ -138,22 +389,68 @@ impl Node {
             settings,
             secrets,
             blocks_fractionally: true,
+            fence_retention: DEFAULT_FENCE_RETENTION,
+            replicas: 0,
+            replicas_timeout: Duration::ZERO,
+            last_acked: AtomicI64::new(-1),
         })
+    }
+
+    /// How long fence counters are kept after a key's last acquisition (at least 1 ms).
+    pub fn set_fence_retention(&mut self, retention: Duration) {
+        self.fence_retention = retention.max(Duration::from_millis(1));
+    }
+
+    pub fn fence_retention(&self) -> Duration {
+        self.fence_retention
+    }
+
+    /// `replicas=N`: an acquire or extend succeeds only once `WAIT N timeout` (sent in the same
+    /// round trip as the script) confirms that `replicas` replicas have it; short of that, the
+    /// lease is given back and the call is `Unavailable`. 0: no `WAIT`.
+    pub fn set_replicas(&mut self, replicas: u32, timeout: Duration) {
+        self.replicas = replicas;
+        self.replicas_timeout = timeout.max(Duration::from_millis(1));
+    }
+
+    pub fn replicas(&self) -> u32 {
+        self.replicas
+    }
+
+    /// How many replicas acknowledged the last acquire or extend that waited for them.
+    pub fn last_acknowledged(&self) -> Option<u32> {
+        u32::try_from(self.last_acked.load(Ordering::Relaxed)).ok()
+    }
+
+    /// How much longer than a plain call an acquire or extend may take: the `WAIT`.
+    pub fn replicas_allowance(&self) -> Duration {
+        if self.replicas == 0 {
+            Duration::ZERO
+        } else {
+            self.replicas_timeout
+        }
     }
 
     /// Checks that the server answers, accepts our credentials and runs our scripts (loading them,
     /// so the first calls need no NOSCRIPT round trip). Returns whether it takes fractional `BLPOP`
     /// timeouts.
-    pub fn check(&self) -> Result<bool> {
-        let refs = self.secret_refs();
+    pub fn check(&self, deadline: Deadline) -> Result<bool> {
+        let left = deadline.check(&format!("redis {}: connect", self.name))?;
         // The check runs on a connection of its own rather than through the pool, whose checkout
         // would retry a refused connection or a wrong password until the connect timeout: the
         // caller learns at once, with the server's own reason.
         let mut first = self
             .probe
-            .connect()
-            .map_err(|e| from_redis(&e, "connect", &self.name, &refs))?;
-        load_scripts(&mut first.inner).map_err(|e| from_redis(&e, "connect", &self.name, &refs))?;
+            .connect(left)
+            .map_err(|e| from_redis(&e, "connect", &self.name, &self.secrets))?;
+        // A TLS server refuses a missing client certificate, and a TLS-only one a plain-text
+        // client, only once the first command is sent: these errors are explained too.
+        first
+            .bound_io(self.settings.io_timeout, deadline)
+            .and_then(|()| load_scripts(&mut first.inner))
+            .map_err(|e| {
+                from_redis(&self.probe.explain(e), "connect", &self.name, &self.secrets)
+            })?;
         // INFO may be denied by an ACL; a server that does not say is taken to be current.
         Ok(redis::cmd("INFO")
             .arg("server")
@@ -177,52 +474,84 @@ impl Node {
         &self.settings
     }
 
-    pub fn ping(&self) -> Result<()> {
-        self.run(&self.pool, "ping", self.settings.connect_timeout, |c| {
+    pub fn ping(&self, deadline: Deadline) -> Result<()> {
+        self.run(&self.pool, "ping", deadline, |c| {
             redis::cmd("PING").query::<()>(c)
         })
         .map_err(Failure::into_error)
     }
 
-    /// One run of the acquire script: SET NX PX and the fence INCR, or the holder's time left.
-    pub fn acquire(
+    /// `ROLE`'s first word: `master`, `slave` or `sentinel`.
+    pub(crate) fn role(&self, deadline: Deadline) -> std::result::Result<String, Failure> {
+        self.run(&self.pool, "role", deadline, |c| {
+            let reply: Value = redis::cmd("ROLE").query(c)?;
+            match reply {
+                Value::Array(items) => items
+                    .into_iter()
+                    .next()
+                    .map(from_redis_value::<String>)
+                    .transpose()?
+                    .ok_or_else(|| {
+                        RedisError::from((ErrorKind::UnexpectedReturnType, "empty ROLE"))
+                    }),
+                _ => Err(RedisError::from((
+                    ErrorKind::UnexpectedReturnType,
+                    "ROLE is not an array",
+                ))),
+            }
+        })
+    }
+
+    plain!(
+        /// One run of the acquire script: SET NX PX and the fence INCR, or the holder's time left.
+        acquire = acquire_via(keys: &RedisKeys, token: &Token, ttl: Ttl, mode: Mode,
+            signal_ttl: Duration, deadline: Deadline; Via::default()) -> Attempt
+    );
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn acquire_via(
         &self,
         keys: &RedisKeys,
         token: &Token,
         ttl: Ttl,
         mode: Mode,
         signal_ttl: Duration,
-    ) -> Result<Attempt> {
-        let (mode, waiter_ttl) = match mode {
-            Mode::Try => ("try", Duration::from_millis(1)),
-            Mode::Wait { waiter_ttl } => ("wait", waiter_ttl),
-            Mode::Last => ("last", Duration::from_millis(1)),
+        deadline: Deadline,
+        via: Via,
+    ) -> std::result::Result<Attempt, Failure> {
+        let (mode, waiter_ttl, grant_within) = match mode {
+            Mode::Try => ("try", Duration::from_millis(1), Duration::ZERO),
+            Mode::Wait {
+                waiter_ttl,
+                grant_within,
+            } => ("wait", waiter_ttl, grant_within),
+            Mode::Last => ("last", Duration::from_millis(1), Duration::ZERO),
         };
-        let (taken, value): (i64, i64) = self
-            .run(&self.pool, "acquire", self.settings.connect_timeout, |c| {
-                ACQUIRE_SCRIPT
-                    .key(&keys.lock)
-                    .key(&keys.fence)
-                    .key(&keys.queue)
-                    .key(&keys.heartbeats)
-                    .arg(token.as_str())
-                    .arg(ttl.as_millis())
-                    .arg(mode)
-                    .arg(millis(waiter_ttl))
-                    .arg(&keys.signal_prefix)
-                    .arg(&keys.signal_suffix)
-                    .arg(millis(signal_ttl))
-                    .invoke(c)
-            })
-            .map_err(Failure::into_error)?;
+        let call = ScriptCall::new(&ACQUIRE_SCRIPT)
+            .keys([&keys.lock, &keys.fence, &keys.queue, &keys.heartbeats])
+            .arg(token.as_str())
+            .arg(ttl.as_millis())
+            .arg(mode)
+            .arg(millis(waiter_ttl))
+            .arg(&keys.signal_prefix)
+            .arg(&keys.signal_suffix)
+            .arg(millis(signal_ttl))
+            .arg(millis(self.fence_retention))
+            .arg(u64::try_from(grant_within.as_millis()).unwrap_or(u64::MAX));
+        let ((taken, value), acked): ((i64, i64), _) =
+            self.confirmed("acquire", deadline, via, &call)?;
         if taken == 1 {
-            return u64::try_from(value)
+            let fence = u64::try_from(value)
                 .ok()
                 .filter(|f| *f >= 1)
-                .map(Attempt::Acquired)
                 .ok_or_else(|| {
-                    Error::Internal(format!("redis {}: fence counter gave {value}", self.name))
-                });
+                    Failure::from_error(Error::Internal(format!(
+                        "redis {}: fence counter gave {value}",
+                        self.name
+                    )))
+                })?;
+            self.check_acked(acked, "acquire", keys, token, signal_ttl, deadline, via)?;
+            return Ok(Attempt::Acquired(fence));
         }
         Ok(match value {
             -3 => Attempt::Reserved,
@@ -232,60 +561,127 @@ impl Node {
         })
     }
 
-    /// Compare-and-delete plus a wake-up for the first waiter. `false`: the key does not hold this
-    /// token.
-    pub fn release(&self, keys: &RedisKeys, token: &Token, signal_ttl: Duration) -> Result<bool> {
-        let done: i64 = self
-            .run(&self.pool, "release", self.settings.connect_timeout, |c| {
-                RELEASE_SCRIPT
-                    .key(&keys.lock)
-                    .key(&keys.queue)
-                    .key(&keys.heartbeats)
-                    .arg(token.as_str())
-                    .arg(&keys.signal_prefix)
-                    .arg(&keys.signal_suffix)
-                    .arg(millis(signal_ttl))
-                    .invoke(c)
-            })
-            .map_err(Failure::into_error)?;
+    /// Runs a script that writes a lease (acquire, extend), with `WAIT` in the same round trip when
+    /// replicas must confirm it; the socket may then wait for `WAIT` on top of the I/O timeout.
+    fn confirmed<T: FromRedisValue>(
+        &self,
+        what: &str,
+        deadline: Deadline,
+        via: Via,
+        call: &ScriptCall<'_>,
+    ) -> std::result::Result<(T, Option<i64>), Failure> {
+        let wait = (self.replicas > 0).then(|| {
+            // WAIT gets what is left of the deadline after a round trip, at most its timeout.
+            let left = deadline
+                .remaining()
+                .saturating_sub(self.settings.io_timeout / 4);
+            (self.replicas, millis(left.min(self.replicas_timeout)))
+        });
+        let io = self
+            .settings
+            .io_timeout
+            .saturating_add(self.replicas_allowance());
+        self.run_io(&self.pool, what, deadline, io, |c| call.send(c, via, wait))
+    }
+
+    /// With `replicas=N`: a write that fewer than N replicas acknowledged is given back (the
+    /// release script removes it only while it holds our token) and the call is `Unavailable`.
+    #[allow(clippy::too_many_arguments)]
+    fn check_acked(
+        &self,
+        acked: Option<i64>,
+        what: &str,
+        keys: &RedisKeys,
+        token: &Token,
+        signal_ttl: Duration,
+        deadline: Deadline,
+        via: Via,
+    ) -> std::result::Result<(), Failure> {
+        let Some(acked) = acked else {
+            return Ok(());
+        };
+        self.last_acked.store(acked, Ordering::Relaxed);
+        if acked >= i64::from(self.replicas) {
+            return Ok(());
+        }
+        // Best effort within the same deadline: should it fail, the lease lapses at its TTL.
+        let _ = self.release_via(keys, token, signal_ttl, deadline, via);
+        Err(Failure::from_error(Error::Unavailable(format!(
+            "redis {}: {what} reached {acked} of the {} replicas asked for within {} ms; the lease \
+             was given back",
+            self.name,
+            self.replicas,
+            self.replicas_timeout.as_millis()
+        ))))
+    }
+
+    plain!(
+        /// Compare-and-delete plus a wake-up for the first waiter. `false`: the key does not hold
+        /// this token.
+        release = release_via(keys: &RedisKeys, token: &Token, signal_ttl: Duration,
+            deadline: Deadline; Via::default()) -> bool
+    );
+
+    pub(crate) fn release_via(
+        &self,
+        keys: &RedisKeys,
+        token: &Token,
+        signal_ttl: Duration,
+        deadline: Deadline,
+        via: Via,
+    ) -> std::result::Result<bool, Failure> {
+        let call = ScriptCall::new(&RELEASE_SCRIPT)
+            .keys([&keys.lock, &keys.queue, &keys.heartbeats, &keys.fence])
+            .arg(token.as_str())
+            .arg(&keys.signal_prefix)
+            .arg(&keys.signal_suffix)
+            .arg(millis(signal_ttl))
+            .arg(millis(self.fence_retention));
+        let (done, _): (i64, _) =
+            self.run(&self.pool, "release", deadline, |c| call.send(c, via, None))?;
         Ok(done == 1)
     }
 
-    /// Compare-and-PEXPIRE. `false`: the key does not hold this token.
-    pub fn extend(
+    plain!(
+        /// Compare-and-PEXPIRE. `false`: the key does not hold this token.
+        extend = extend_via(keys: &RedisKeys, token: &Token, ttl: Ttl, signal_ttl: Duration,
+            deadline: Deadline; Via::default()) -> bool
+    );
+
+    pub(crate) fn extend_via(
         &self,
         keys: &RedisKeys,
         token: &Token,
         ttl: Ttl,
         signal_ttl: Duration,
-    ) -> Result<bool> {
-        let done: i64 = self
-            .run(&self.pool, "extend", self.settings.connect_timeout, |c| {
-                EXTEND_SCRIPT
-                    .key(&keys.lock)
-                    .key(&keys.queue)
-                    .key(&keys.heartbeats)
-                    .arg(token.as_str())
-                    .arg(ttl.as_millis())
-                    .arg(&keys.signal_prefix)
-                    .arg(&keys.signal_suffix)
-                    .arg(millis(signal_ttl))
-                    .invoke(c)
-            })
-            .map_err(Failure::into_error)?;
+        deadline: Deadline,
+        via: Via,
+    ) -> std::result::Result<bool, Failure> {
+        let call = ScriptCall::new(&EXTEND_SCRIPT)
+            .keys([&keys.lock, &keys.queue, &keys.heartbeats])
+            .arg(token.as_str())
+            .arg(ttl.as_millis())
+            .arg(&keys.signal_prefix)
+            .arg(&keys.signal_suffix)
+            .arg(millis(signal_ttl));
+        let (done, acked): (i64, _) = self.confirmed("extend", deadline, via, &call)?;
+        if done == 1 {
+            self.check_acked(acked, "extend", keys, token, signal_ttl, deadline, via)?;
+        }
         Ok(done == 1)
     }
 
-    pub fn inspect(&self, keys: &RedisKeys) -> Result<KeyInfo> {
-        let (pttl, fence, _waiters): (i64, i64, i64) = self
-            .run(&self.pool, "inspect", self.settings.connect_timeout, |c| {
-                INSPECT_SCRIPT
-                    .key(&keys.lock)
-                    .key(&keys.fence)
-                    .key(&keys.queue)
-                    .invoke(c)
-            })
-            .map_err(Failure::into_error)?;
+    plain!(inspect = inspect_via(keys: &RedisKeys, deadline: Deadline; Via::default()) -> KeyInfo);
+
+    pub(crate) fn inspect_via(
+        &self,
+        keys: &RedisKeys,
+        deadline: Deadline,
+        via: Via,
+    ) -> std::result::Result<KeyInfo, Failure> {
+        let call = ScriptCall::new(&INSPECT_SCRIPT).keys([&keys.lock, &keys.fence, &keys.queue]);
+        let ((pttl, fence, _waiters), _): ((i64, i64, i64), _) =
+            self.run(&self.pool, "inspect", deadline, |c| call.send(c, via, None))?;
         let held = pttl >= 0 || pttl == -1;
         let remaining = u64::try_from(pttl).ok().map(Duration::from_millis);
         let fence = u64::try_from(fence).ok();
@@ -293,39 +689,80 @@ impl Node {
     }
 
     /// Runs `f` on a pooled lease-operation connection, bounded and retried like every call here:
-    /// for the scripts only Redlock uses (see `redlock_node.rs`).
+    /// for the scripts only Redlock uses (see `redlock/node.rs`).
     pub(crate) fn call<T>(
         &self,
         what: &str,
+        deadline: Deadline,
         f: impl FnMut(&mut Connection) -> RedisResult<T>,
     ) -> Result<T> {
-        self.run(&self.pool, what, self.settings.connect_timeout, f)
+        self.run(&self.pool, what, deadline, f)
             .map_err(Failure::into_error)
+    }
+
+    /// [`Node::call`], keeping what routing needs to know about a failure.
+    pub(crate) fn call_routed<T>(
+        &self,
+        what: &str,
+        deadline: Deadline,
+        f: impl FnMut(&mut Connection) -> RedisResult<T>,
+    ) -> std::result::Result<T, Failure> {
+        self.run(&self.pool, what, deadline, f)
     }
 
     /// Raises the key's fence counter to at least `fence` (never lowers it), for Redlock's fence
     /// write-back. Returns the counter afterwards.
-    pub fn raise_fence(&self, keys: &RedisKeys, fence: u64) -> Result<u64> {
+    pub fn raise_fence(&self, keys: &RedisKeys, fence: u64, deadline: Deadline) -> Result<u64> {
         let now: i64 = self
-            .run(&self.pool, "fence", self.settings.connect_timeout, |c| {
-                RAISE_FENCE_SCRIPT.key(&keys.fence).arg(fence).invoke(c)
+            .run(&self.pool, "fence", deadline, |c| {
+                RAISE_FENCE_SCRIPT
+                    .key(&keys.fence)
+                    .arg(fence)
+                    .arg(millis(self.fence_retention))
+                    .invoke(c)
             })
             .map_err(Failure::into_error)?;
         u64::try_from(now)
             .map_err(|_| Error::Internal(format!("redis {}: fence counter gave {now}", self.name)))
     }
 
-    /// Blocks up to `block` (at least 1 ms) for a wake-up signal on the waiter's own list `signal`.
-    /// `Ok(true)`: a signal came; `Ok(false)`: the block time ran out, or every waiter connection
-    /// is busy (the caller simply tries the lock again).
-    ///
-    /// Redis checks blocking timeouts only on its cron tick (every 100 ms at the default `hz 10`),
-    /// so a `BLPOP` timeout fires up to 100 ms late. Where that matters, `precise` (the block ends
-    /// when a crashed holder's lease expires) makes the client's own read timeout end the block on
-    /// time instead, with the server's timeout as a backstop; the connection, whose `BLPOP` is
-    /// still pending, is then dropped. Otherwise the read timeout is `block` plus the I/O timeout,
-    /// so a hung server still ends the wait within that.
-    pub fn wait_signal(&self, signal: &[u8], block: Duration, precise: bool) -> Result<bool> {
+    plain!(
+        /// Blocks up to `block` (at least 1 ms) for a wake-up signal on the waiter's own list
+        /// `signal`. `Ok(true)`: a signal came; `Ok(false)`: the block time ran out, or every
+        /// waiter connection is busy (the caller simply tries the lock again).
+        ///
+        /// Redis checks blocking timeouts only on its cron tick (every 100 ms at the default
+        /// `hz 10`), so a `BLPOP` timeout fires up to 100 ms late. Where that matters, `precise`
+        /// (the block ends when a crashed holder's lease expires) makes the client's own read
+        /// timeout end the block on time instead, with the server's timeout as a backstop; the
+        /// connection, whose `BLPOP` is still pending, is then dropped. Otherwise the read timeout
+        /// is `block` plus the I/O timeout, so a hung server still ends the wait within that.
+        wait_signal = wait_signal_routed(signal: &[u8], block: Duration, precise: bool,
+            deadline: Deadline) -> bool
+    );
+
+    /// [`Node::wait_signal`], keeping what routing needs to know about a failure (a Cluster node
+    /// that no longer has the slot answers `MOVED` at once).
+    pub(crate) fn wait_signal_routed(
+        &self,
+        signal: &[u8],
+        block: Duration,
+        precise: bool,
+        deadline: Deadline,
+    ) -> std::result::Result<bool, Failure> {
+        self.wait_grant_routed(signal, block, precise, deadline)
+            .map(|s| s != Signal::TimedOut)
+    }
+
+    /// [`Node::wait_signal_routed`], telling a grant (the key handed over by its release) from a
+    /// plain wake-up.
+    pub(crate) fn wait_grant_routed(
+        &self,
+        signal: &[u8],
+        block: Duration,
+        precise: bool,
+        deadline: Deadline,
+    ) -> std::result::Result<Signal, Failure> {
         let block = block.max(Duration::from_millis(1));
         let io = self.settings.io_timeout;
         let (server_block, read_timeout) = if precise {
@@ -333,27 +770,32 @@ impl Node {
         } else {
             (block, block.saturating_add(io))
         };
-        let checkout = block.min(self.settings.connect_timeout);
+        // A checkout no longer than the block itself, nor past the operation's deadline.
+        let checkout = deadline.min(Deadline::after(block.min(self.settings.connect_timeout)));
         let got = self.run(&self.waiters, "wait", checkout, |c| {
+            let read_timeout = deadline.cap(read_timeout).max(Duration::from_millis(1));
             c.set_read_timeout(Some(read_timeout))?;
-            let popped: Option<(Vec<u8>, Vec<u8>)> = redis::cmd("BLPOP")
+            let popped: Option<(Value, Value)> = redis::cmd("BLPOP")
                 .arg(signal)
                 .arg(blpop_timeout(server_block))
                 .query(c)?;
-            c.set_read_timeout(Some(io))?;
-            Ok(popped.is_some())
+            // The read timeout stays as set: waiter connections serve only this call, which
+            // sets its own every time (one system call per wait, not two).
+            Ok(match popped {
+                None => Signal::TimedOut,
+                Some((_, Value::BulkString(v))) => grant(&v).map_or(Signal::Woken, Signal::Granted),
+                Some(_) => Signal::Woken,
+            })
         });
         match got {
-            Ok(signalled) => Ok(signalled),
-            Err(Failure::Checkout(_)) => Ok(false),
-            Err(Failure::Command {
-                timed_out: true, ..
-            }) if precise => Ok(false),
+            Ok(signal) => Ok(signal),
+            Err(f) if f.checkout => Ok(Signal::TimedOut),
+            Err(f) if f.timed_out && precise => Ok(Signal::TimedOut),
             // The server went away under a blocked waiter (a restart, say): whatever it knew about
             // the key may be gone with it, so the waiter tries the lock again at once rather than
             // blocking anew. If the server is down for good, that attempt says so.
-            Err(Failure::Command { dropped: true, .. }) => Ok(false),
-            Err(Failure::Command { error, .. }) => Err(error),
+            Err(f) if f.dropped => Ok(Signal::TimedOut),
+            Err(f) => Err(f),
         }
     }
 
@@ -365,19 +807,47 @@ impl Node {
         &self,
         pool: &Pool<Manager>,
         what: &str,
-        checkout: Duration,
+        deadline: Deadline,
+        f: impl FnMut(&mut Connection) -> RedisResult<T>,
+    ) -> std::result::Result<T, Failure> {
+        self.run_io(pool, what, deadline, self.settings.io_timeout, f)
+    }
+
+    /// [`Node::run`] with the socket's timeouts at `io` (or less near the deadline).
+    fn run_io<T>(
+        &self,
+        pool: &Pool<Manager>,
+        what: &str,
+        deadline: Deadline,
+        io: Duration,
         mut f: impl FnMut(&mut Connection) -> RedisResult<T>,
     ) -> std::result::Result<T, Failure> {
         let started = Instant::now();
-        let deadline = started.checked_add(checkout).unwrap_or(started);
+        // A checkout (which retries a refused connect) takes at most the connect timeout, so a dead
+        // server is reported after that, leaving the rest of the deadline to the caller (a Redlock
+        // round's fence write-back, say).
+        let checkout = deadline.min(Deadline::after(self.settings.connect_timeout));
         // A waiter whose connection went stale goes back to its acquire attempt instead (see
         // `wait_signal`).
         let pool_is_main = std::ptr::eq(pool, &self.pool);
         let mut retried = false;
+        let mut fresh_drops: u64 = 0;
         loop {
-            let mut conn = self.checkout(pool, deadline).map_err(Failure::Checkout)?;
+            let mut conn = self.checkout(pool, checkout).map_err(|error| Failure {
+                error,
+                checkout: true,
+                timed_out: false,
+                dropped: false,
+                hint: Hint::Reroute,
+            })?;
             let reused = conn.made < started;
-            match f(&mut conn.inner) {
+            // Waiter connections get their read timeout from `wait_signal`.
+            let bounded = if pool_is_main {
+                conn.bound_io(io, deadline)
+            } else {
+                Ok(())
+            };
+            match bounded.and_then(|()| f(&mut conn.inner)) {
                 Ok(value) => return Ok(value),
                 Err(err) => {
                     if breaks_connection(&err) {
@@ -389,14 +859,43 @@ impl Node {
                             .fetch_max(conn.generation.saturating_add(1), Ordering::AcqRel);
                     }
                     drop(conn);
-                    if dropped && reused && !retried && pool_is_main {
+                    // The resend draws on the same deadline: it gets what is left, no more.
+                    if dropped && reused && !retried && pool_is_main && !deadline.is_past() {
                         retried = true;
                         continue;
                     }
-                    return Err(Failure::Command {
-                        error: from_redis(&err, what, &self.name, &self.secret_refs()),
+                    // A fresh connection dropped at once: a server in the middle of a restart
+                    // (the old process closing what it accepted). A few more tries, a moment
+                    // apart, still within the deadline.
+                    if dropped && !reused && pool_is_main && fresh_drops < 3 {
+                        fresh_drops += 1;
+                        let pause = deadline.cap(Duration::from_millis(20 * fresh_drops));
+                        if !pause.is_zero() && deadline.remaining() > pause {
+                            std::thread::sleep(pause);
+                            continue;
+                        }
+                    }
+                    // rustls handshakes on a connection's first I/O, and a TLS-only server drops a
+                    // plain-text client only once it sends: on a connection made for this call, a
+                    // certificate problem or a wrong scheme shows up here, not at checkout. Said
+                    // in words as `Node::check` does (Cluster and Sentinel nodes are never
+                    // checked); hint and flags still come from the original error.
+                    let explained = if reused {
+                        None
+                    } else {
+                        Some(self.probe.explain(err.clone()))
+                    };
+                    return Err(Failure {
+                        error: from_redis(
+                            explained.as_ref().unwrap_or(&err),
+                            what,
+                            &self.name,
+                            &self.secrets,
+                        ),
+                        checkout: false,
                         timed_out: err.is_timeout(),
                         dropped,
+                        hint: hint(&err),
                     });
                 }
             }
@@ -407,13 +906,12 @@ impl Node {
     fn checkout(
         &self,
         pool: &Pool<Manager>,
-        deadline: Instant,
+        deadline: Deadline,
     ) -> Result<PooledConnection<Manager>> {
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
             let mut conn = pool
-                .get_timeout(left)
-                .map_err(|e| from_pool(&e, &self.name, &self.secret_refs()))?;
+                .get(deadline)
+                .map_err(|e| from_pool(&e, &self.name, &self.secrets))?;
             if conn.generation >= self.generation.load(Ordering::Acquire) {
                 return Ok(conn);
             }
@@ -423,9 +921,35 @@ impl Node {
             mark_broken(&mut conn);
         }
     }
+}
 
-    fn secret_refs(&self) -> Vec<&str> {
-        self.secrets.iter().map(String::as_str).collect()
+/// What a failed command tells routing.
+fn hint(err: &RedisError) -> Hint {
+    if let Some((addr, _slot)) = err.redirect_node() {
+        return match err.kind() {
+            ErrorKind::Server(ServerErrorKind::Ask) => Hint::Ask(addr.to_owned()),
+            _ => Hint::Moved(addr.to_owned()),
+        };
+    }
+    let moved_on = matches!(
+        err.kind(),
+        ErrorKind::Server(
+            ServerErrorKind::ReadOnly
+                | ServerErrorKind::MasterDown
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::TryAgain
+                | ServerErrorKind::BusyLoading
+        )
+    ) || err.code().is_some_and(|c| {
+        matches!(
+            c,
+            "READONLY" | "MASTERDOWN" | "CLUSTERDOWN" | "TRYAGAIN" | "LOADING"
+        )
+    });
+    if moved_on || err.is_io_error() || err.is_timeout() || is_dropped(err) {
+        Hint::Reroute
+    } else {
+        Hint::None
     }
 }
 
@@ -462,8 +986,63 @@ fn blpop_timeout(block: Duration) -> String {
     format!("{}.{:03}", ms / 1000, ms % 1000)
 }
 
-fn millis(d: Duration) -> u64 {
+/// The fence of a grant (`g<fence>`, see the release script); `None` for a plain wake-up.
+fn grant(signal: &[u8]) -> Option<u64> {
+    let digits = signal.strip_prefix(b"g")?;
+    std::str::from_utf8(digits)
+        .ok()?
+        .parse()
+        .ok()
+        .filter(|f| *f >= 1)
+}
+
+/// A duration as a script's whole-ms argument, at least 1: never a zero expiry or timeout.
+pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// What pipelined calls need of a node (Redlock's hot path, see `pipeline.rs`): requests written
+/// to several nodes before any answer is read cannot go through [`Node::run`], which sends and
+/// reads one call at a time.
+impl Node {
+    /// An idle connection of the lease pool, made since the server was last found gone, with its
+    /// socket timeouts bounded by `deadline`; `None` rather than connecting or waiting (a worker
+    /// makes that call instead, in parallel with the others).
+    pub(crate) fn pipelined_connection(
+        &self,
+        deadline: Deadline,
+    ) -> Option<PooledConnection<Manager>> {
+        loop {
+            let mut conn = self.pool.try_idle()?;
+            if conn.generation < self.generation.load(Ordering::Acquire) {
+                mark_broken(&mut conn);
+                continue;
+            }
+            if conn.bound_io(self.settings.io_timeout, deadline).is_err() {
+                mark_broken(&mut conn);
+                return None;
+            }
+            return Some(conn);
+        }
+    }
+
+    /// What a failed command tells about `conn` and the server, recorded as [`Node::run`] does;
+    /// the error in Leasehold's terms.
+    pub(crate) fn pipelined_failure(
+        &self,
+        conn: &mut PooledConnection<Manager>,
+        err: &RedisError,
+        what: &str,
+    ) -> Error {
+        if breaks_connection(err) {
+            mark_broken(conn);
+        }
+        if is_dropped(err) {
+            self.generation
+                .fetch_max(conn.generation.saturating_add(1), Ordering::AcqRel);
+        }
+        from_redis(err, what, &self.name, &self.secrets)
+    }
 }
 
 #[cfg(test)]
@@ -476,6 +1055,15 @@ mod tests {
         assert_eq!(major_version(info), Some(7));
         assert_eq!(major_version("redis_version:5.0.14\n"), Some(5));
         assert_eq!(major_version("# Server\r\n"), None);
+    }
+
+    #[test]
+    fn grants_parse_and_wake_ups_are_not_grants() {
+        assert_eq!(grant(b"g1764590000000001"), Some(1_764_590_000_000_001));
+        assert_eq!(grant(b"1"), None);
+        assert_eq!(grant(b"g"), None);
+        assert_eq!(grant(b"g0"), None);
+        assert_eq!(grant(b"g1e15"), None);
     }
 
     #[test]

@@ -1,36 +1,49 @@
 //! `redis://` and `rediss://`: leases on one Redis server.
 //!
 //! Waiting is native and first come, first served. A waiting `acquire` that finds the key taken
-//! joins the key's queue and blocks in `BLPOP` on a list of its own; whatever frees the key (a
-//! release, the head waiter leaving) pushes one signal onto the list of the queue's head only, and
-//! a free key is granted to nobody else, so a handoff costs about one round trip, wakes one waiter,
-//! and a process that releases and asks again at once goes to the back of the line instead of
-//! starving the others. A list (not pub/sub) keeps a signal that arrives before its waiter blocks,
-//! so no wake-up is lost; a stale signal costs one extra attempt.
+//! joins the key's queue and blocks in `BLPOP` on a list of its own. A release with waiters
+//! queued hands the key straight to the queue's head (see `scripts.rs`): the head's token, TTL
+//! and fence are written by the release script, which pushes the grant onto the head's list, so
+//! the waiter wakes already holding the lease — a handoff is one message from the server, and
+//! nobody races for the key. A process that releases and asks again at once goes to the back of
+//! the line instead of starving the others. A list (not pub/sub) keeps a grant that arrives before
+//! its waiter blocks; a waiter that stopped listening finds the grant by its next attempt (the key
+//! holds its token), and its final attempt always runs, so no grant is stranded.
+//!
+//! The granted lease's local deadline counts from the send of the waiter's latest attempt (which
+//! renewed its queue entry and TTL): the grant was made after that attempt reached the server.
+//! When that leaves less than half the TTL, the waiter extends once at once. A waiter tells the
+//! server how long it still takes a grant (its wait's end, less [`GRANT_MARGIN`]), and is never
+//! granted past that. With `replicas=N` a grant could not wait for the replicas, so waiters are
+//! woken to acquire for themselves instead, as shared locks' and semaphores' waiters are.
 //!
 //! A waiter never blocks past the holder's remaining TTL (which its failed attempt returned), so a
 //! crashed holder's expiry is noticed on time, and never longer than its heartbeat interval: each
 //! attempt renews its place, and a waiter that stops renewing (a crashed process) is dropped from
-//! the queue `3 ×` that interval after its last attempt. Until then a key it was due to get stays
-//! reserved for it: a crashed waiter can delay the others by up to about four heartbeat intervals.
+//! the queue `3 ×` that interval after its last attempt. Until then it may still be granted the key
+//! it was due to get, which then stays held until that waiter's TTL runs out, as with a holder
+//! that crashed just after acquiring (for a head that takes no grant the key stays reserved, up to
+//! about four heartbeat intervals).
 
 use crate::connection::ConnectSettings;
 use crate::keys::RedisKeys;
-use crate::node::{Attempt, Mode, Node};
-use leasehold_core::wait::{deadline_after, held_elsewhere};
-use leasehold_core::{BackendConfig, Config, Error, Key, KeyInfo, LockBackend, RawLease, Result};
+use crate::node::{Attempt, Mode, Node, Signal, DEFAULT_FENCE_RETENTION};
+use crate::pause;
+use crate::topology::{Cluster, NodeTemplate, Sentinel, Topology};
+use leasehold_core::config::RedisServer;
+use leasehold_core::wait::held_elsewhere;
+use leasehold_core::{
+    BackendConfig, Config, Deadline, Error, Key, KeyInfo, LeaseKind, LockBackend,
+};
+use leasehold_core::{RawLease, Result};
 use leasehold_core::{Token, Ttl};
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A waiter wakes this long after the holder's reported expiry, so its next attempt finds the key
-/// already expired on the server rather than a hair before.
-const EXPIRY_MARGIN: Duration = Duration::from_millis(1);
-
-/// Blocks at most this long sleep locally instead of sending a BLPOP: the server's timer could end
-/// the BLPOP up to 100 ms late, and a precise one would cost the connection (see
-/// `Node::wait_signal`).
-const SLEEP_INSTEAD: Duration = Duration::from_millis(3);
+/// A grant must reach a waiter this long before its wait ends, by the server's clock: its request
+/// needs about a round trip to arrive, and the grant another to come back.
+const GRANT_MARGIN: Duration = Duration::from_millis(5);
 
 /// How often a blocked waiter renews its place in the queue. Short, because a waiter that died (a
 /// php-fpm worker killed at its request timeout) holds up the queue for about four of these; each
@@ -38,8 +51,15 @@ const SLEEP_INSTEAD: Duration = Duration::from_millis(3);
 pub const DEFAULT_WAITER_HEARTBEAT: Duration = Duration::from_millis(250);
 const MIN_WAITER_HEARTBEAT: Duration = Duration::from_millis(100);
 
+/// Leases on Redis: one server (`redis://`, `rediss://`, `redis+unix://`), the master the
+/// Sentinels name (`redis+sentinel://`), or a Cluster (`redis+cluster://`), each lease in its hash
+/// slot's master (see `topology.rs`). The same scripts and key layout everywhere.
 pub struct RedisBackend {
-    node: Node,
+    topology: Topology,
+    settings: ConnectSettings,
+    /// `replicas=N`: how much longer than a plain call an acquire or extend may take (the `WAIT`).
+    replicas_allowance: Duration,
+    blocks_fractionally: bool,
     prefix: String,
     description: String,
     /// How long a wake-up signal nobody took stays: long enough to cover a waiter between its
@@ -53,35 +73,96 @@ impl fmt::Debug for RedisBackend {
         f.debug_struct("RedisBackend")
             .field("server", &self.description)
             .field("prefix", &self.prefix)
-            .field("node", &self.node)
+            .field("topology", &self.topology.describe())
             .finish()
     }
 }
 
 impl RedisBackend {
-    /// Connects to the server a `redis://` or `rediss://` configuration names, and checks that it
-    /// answers: a dead host or wrong credentials give `Unavailable` here, within about the connect
-    /// timeout.
+    /// Connects to what a `redis://`, `rediss://`, `redis+unix://`, `redis+sentinel://` or
+    /// `redis+cluster://` configuration names, and checks that it answers: a dead host, no master
+    /// or wrong credentials give `Unavailable` here, within about connect + I/O timeout (for
+    /// Sentinel and Cluster, the lookup and the check share that bound).
     pub fn connect(config: &Config) -> Result<RedisBackend> {
-        let BackendConfig::Redis { server, tls } = &config.backend else {
-            return Err(Error::invalid(format!(
-                "the redis backend needs a redis:// or rediss:// URL, got {}",
-                config.describe()
-            )));
+        let settings = ConnectSettings::from_config(config)?;
+        let template = NodeTemplate {
+            settings: settings.clone(),
+            pool_size: config.pool_size,
+            secrets: config.secrets(),
+            fence_retention: DEFAULT_FENCE_RETENTION,
+            replicas: config.redis.replicas,
+            replicas_timeout: config.redis.replicas_timeout,
         };
-        let settings = ConnectSettings {
-            connect_timeout: config.connect_timeout,
-            io_timeout: config.io_timeout,
-            tls: *tls,
+        let deadline = Deadline::for_call(settings.connect_timeout, settings.io_timeout);
+        let single = |server: &RedisServer| -> Result<Topology> {
+            let mut node =
+                Node::connect(server, settings.clone(), config.pool_size, config.secrets())?;
+            node.set_replicas(config.redis.replicas, config.redis.replicas_timeout);
+            Ok(Topology::Single(Arc::new(node)))
         };
-        let node = Node::connect(server, settings, config.pool_size, config.secrets())?;
+        let topology = match &config.backend {
+            BackendConfig::Redis { server, .. } => single(server)?,
+            BackendConfig::RedisUnix { path, server } => {
+                // The node takes the socket's path where a host would be (see `connection.rs`).
+                let path = path
+                    .to_str()
+                    .ok_or_else(|| Error::invalid("the Unix socket path must be valid UTF-8"))?;
+                single(&RedisServer {
+                    host: path.to_owned(),
+                    ..server.clone()
+                })?
+            }
+            BackendConfig::RedisCluster { seeds } => {
+                crate::keys::check_prefix_for_cluster(&config.prefix)?;
+                let cluster = Cluster::connect(seeds.clone(), template, deadline)?;
+                Topology::Cluster(cluster)
+            }
+            BackendConfig::RedisSentinel {
+                sentinels,
+                service,
+                master,
+            } => Topology::Sentinel(Sentinel::connect(
+                sentinels,
+                service.clone(),
+                master.clone(),
+                template,
+                deadline,
+            )?),
+            _ => {
+                return Err(Error::invalid(format!(
+                    "the redis backend needs a redis://, rediss://, redis+unix://, \
+                     redis+sentinel:// or redis+cluster:// URL, got {}",
+                    config.describe()
+                )))
+            }
+        };
+        let blocks_fractionally = match &topology {
+            Topology::Single(node) => node.blocks_fractionally(),
+            // Cluster and Sentinel need Redis ≥ 6 anyway (the scripts' `SET … PX` in a cluster,
+            // ACL-era Sentinels); checked by the first NOSCRIPT reload otherwise.
+            _ => true,
+        };
         Ok(RedisBackend {
-            node,
+            replicas_allowance: if config.redis.replicas == 0 {
+                Duration::ZERO
+            } else {
+                config.redis.replicas_timeout
+            },
+            topology,
+            settings,
+            blocks_fractionally,
             prefix: config.prefix.clone(),
             description: config.describe(),
             signal_ttl: config.connect_timeout.saturating_add(config.io_timeout),
             heartbeat: DEFAULT_WAITER_HEARTBEAT,
         })
+    }
+
+    /// Which servers serve the leases now: `single server 127.0.0.1:6379`, `cluster of 3 masters
+    /// (…)`, `sentinel service mymaster (via 3 sentinels): master 10.0.0.5:6379`, and with
+    /// `replicas=N` how many replicas acknowledged the last write. For `leasehold status`.
+    pub fn topology(&self) -> String {
+        self.topology.describe()
     }
 
     /// How often a blocked waiter renews its place in the queue (default 1 s, at least 100 ms); a
@@ -92,6 +173,32 @@ impl RedisBackend {
     pub fn with_waiter_heartbeat(mut self, every: Duration) -> Self {
         self.heartbeat = every.max(MIN_WAITER_HEARTBEAT);
         self
+    }
+
+    /// How long a key's fence counter is kept after its last acquisition (default
+    /// [`crate::node::DEFAULT_FENCE_RETENTION`], 24 h; at least 1 ms). Fences keep increasing
+    /// whatever the retention; it bounds how far the server's clock may step back without a fence
+    /// going backwards, and how long a key's counter stays in Redis after its last lease (see the
+    /// crate docs).
+    pub fn with_fence_retention(mut self, retention: Duration) -> Self {
+        self.topology
+            .set_fence_retention(retention.max(Duration::from_millis(1)));
+        self
+    }
+
+    /// The bound of one call that is not a wait: connect + I/O timeout.
+    fn call_deadline(&self) -> Deadline {
+        Deadline::for_call(self.settings.connect_timeout, self.settings.io_timeout)
+    }
+
+    /// The bound of one acquire attempt or extend: a call's, plus the `WAIT` for replicas.
+    fn write_deadline(&self) -> Deadline {
+        Deadline::for_call(
+            self.settings.connect_timeout,
+            self.settings
+                .io_timeout
+                .saturating_add(self.replicas_allowance),
+        )
     }
 
     fn keys(&self, key: &Key) -> RedisKeys {
@@ -110,28 +217,59 @@ impl RedisBackend {
         ttl: Ttl,
         wait: Duration,
     ) -> Result<RawLease> {
-        let deadline = deadline_after(wait);
-        let mode = Mode::Wait {
-            waiter_ttl: self.waiter_ttl(),
-        };
+        // The wait's end, and the whole call's bound past it: every attempt, checkout and block
+        // draws on `bound`, so the call returns within wait + connect + I/O.
+        let settings = &self.settings;
+        let bound = Deadline::for_acquire(
+            wait,
+            settings.connect_timeout,
+            settings.io_timeout.saturating_add(self.replicas_allowance),
+        );
+        let deadline = Instant::now()
+            .checked_add(wait)
+            .unwrap_or_else(Instant::now);
+        // Grants need no confirmation round; with `replicas=N` each acquire must wait for its
+        // replicas, so the head is woken to acquire for itself instead.
+        let grants = self.replicas_allowance.is_zero();
         let signal = keys.signal(token);
         let mut attempts = 0u32;
+        // When the latest attempt that renewed our queue entry was sent: a grant can only be made
+        // after that attempt reached the server, so the granted TTL counts from no earlier.
+        let mut renewed;
         loop {
             if attempts > 0 {
                 leasehold_core::stats::note_retry();
             }
             attempts = attempts.saturating_add(1);
             // Once the wait is over, one more attempt, which also gives up our place if refused,
-            // so the next in line is not kept waiting for a key reserved to us.
-            let last = Instant::now() >= deadline;
+            // so the next in line is not kept waiting for a key reserved to us. It also takes a
+            // key granted to us meanwhile (the script sees our own token).
             let sent = Instant::now();
-            let attempt = self.node.acquire(
-                keys,
-                token,
-                ttl,
-                if last { Mode::Last } else { mode },
-                self.signal_ttl,
-            )?;
+            let last = sent >= deadline;
+            let mode = if last {
+                Mode::Last
+            } else {
+                // A release grants the key to us only while our wait has not ended, by the
+                // server's clock and with a margin for the grant to reach us.
+                let wait_left = deadline.saturating_duration_since(sent);
+                Mode::Wait {
+                    waiter_ttl: self.waiter_ttl(),
+                    grant_within: if grants {
+                        wait_left.saturating_sub(GRANT_MARGIN)
+                    } else {
+                        Duration::ZERO
+                    },
+                }
+            };
+            // One attempt: a call's connect + I/O at most (a dead server is reported within that,
+            // not retried for the whole wait), and never past the call's bound.
+            let attempt = match self.attempt(keys, token, ttl, mode, bound) {
+                Ok(attempt) => attempt,
+                // This attempt may have run on the server and queued us (a reply lost on the
+                // way): never leave a place behind that a release could grant to nobody.
+                Err(error) if !last => return self.give_up(key, keys, token, ttl, bound, error),
+                Err(error) => return Err(error),
+            };
             let holder_left = match attempt {
                 Attempt::Acquired(fence) => {
                     return Ok(RawLease::new(key.clone(), *token, fence, ttl, sent))
@@ -141,31 +279,98 @@ impl RedisBackend {
                 // Free but another waiter's turn: it has been woken; ours comes by signal.
                 _ => None,
             };
-            let wait_left = deadline.saturating_duration_since(Instant::now());
-            if wait_left.is_zero() {
+            renewed = sent;
+            // Until our signal, the holder's expiry, the next heartbeat, or the end of the wait.
+            let Some((block, precise)) =
+                pause::before_next_attempt(deadline, self.heartbeat, holder_left)
+            else {
                 continue;
-            }
-            // Until our signal, the holder's expiry (on time: a crashed holder), the next
-            // heartbeat, or the end of the wait, whichever comes first. Only the expiry needs
-            // waking on time; the others may come a server timer tick late (see
-            // `Node::wait_signal`).
-            let mut block = wait_left.min(self.heartbeat);
-            let mut precise = false;
-            if let Some(left) = holder_left {
-                let expiry = left.saturating_add(EXPIRY_MARGIN);
-                if expiry < block {
-                    block = expiry;
-                    precise = true;
+            };
+            // On the slot's own node (Cluster): the release that wakes us runs there.
+            let signalled = self.topology.run(keys, bound, |node, _via| {
+                node.wait_grant_routed(&signal, block, precise, bound)
+            });
+            match signalled {
+                Ok(Signal::Granted(fence)) => {
+                    let lease = RawLease::new(key.clone(), *token, fence, ttl, renewed);
+                    match self.settle_grant(keys, token, ttl, lease, bound) {
+                        Ok(Some(lease)) => return Ok(lease),
+                        // The grant ran out before we could use it: wait on.
+                        Ok(None) => continue,
+                        Err(error) => return self.give_up(key, keys, token, ttl, bound, error),
+                    }
                 }
-            }
-            if block <= SLEEP_INSTEAD {
-                // A block this short ends before a BLPOP could be served on time; a signal
-                // meanwhile is noticed at most this late.
-                std::thread::sleep(block);
-            } else {
                 // Woken or timed out, the next step is the same: try again.
-                self.node.wait_signal(&signal, block, precise)?;
+                Ok(_) => {}
+                Err(error) => return self.give_up(key, keys, token, ttl, bound, error),
             }
+        }
+    }
+
+    /// One acquire attempt in `mode`: a call's connect + I/O at most (a dead server is reported
+    /// within that, not retried for the whole wait), and never past the call's `bound`.
+    fn attempt(
+        &self,
+        keys: &RedisKeys,
+        token: &Token,
+        ttl: Ttl,
+        mode: Mode,
+        bound: Deadline,
+    ) -> Result<Attempt> {
+        let deadline = bound.min(self.write_deadline());
+        self.topology.run(keys, deadline, |node, via| {
+            node.acquire_via(keys, token, ttl, mode, self.signal_ttl, deadline, via)
+        })
+    }
+
+    /// A wait that fails with `error` ends with the final attempt anyway: it leaves the queue, so
+    /// no release grants the key to a token nobody waits with, and it takes a key granted to us
+    /// meanwhile (which would otherwise stay held until its TTL). Its own failure is not the news.
+    fn give_up(
+        &self,
+        key: &Key,
+        keys: &RedisKeys,
+        token: &Token,
+        ttl: Ttl,
+        bound: Deadline,
+        error: Error,
+    ) -> Result<RawLease> {
+        let sent = Instant::now();
+        match self.attempt(keys, token, ttl, Mode::Last, bound) {
+            Ok(Attempt::Acquired(fence)) => {
+                Ok(RawLease::new(key.clone(), *token, fence, ttl, sent))
+            }
+            _ => Err(error),
+        }
+    }
+
+    /// A granted lease counts from our latest queue renewal, which may be a heartbeat ago: if
+    /// that leaves less than half the TTL, one extend now (compare-and-PEXPIRE, counted from its
+    /// own send) gives the holder its full TTL. `None`: the grant has run out already.
+    fn settle_grant(
+        &self,
+        keys: &RedisKeys,
+        token: &Token,
+        ttl: Ttl,
+        mut lease: RawLease,
+        bound: Deadline,
+    ) -> Result<Option<RawLease>> {
+        if lease.remaining() >= ttl.as_duration() / 2 {
+            return Ok(Some(lease));
+        }
+        let sent = Instant::now();
+        let deadline = bound.min(self.write_deadline());
+        match self.topology.run(keys, deadline, |node, via| {
+            node.extend_via(keys, token, ttl, self.signal_ttl, deadline, via)
+        }) {
+            Ok(true) => {
+                lease.renewed(ttl, sent);
+                Ok(Some(lease))
+            }
+            Ok(false) => Ok(None),
+            // The lease stands with its shorter, still conservative deadline.
+            Err(_) if !lease.remaining().is_zero() => Ok(Some(lease)),
+            Err(error) => Err(error),
         }
     }
 }
@@ -177,25 +382,42 @@ fn lost(key: &Key) -> Error {
 }
 
 impl LockBackend for RedisBackend {
+    fn topology(&self) -> Option<String> {
+        Some(RedisBackend::topology(self))
+    }
+
     fn name(&self) -> &'static str {
-        "redis"
+        match self.topology {
+            Topology::Single(_) => "redis",
+            Topology::Cluster(_) => "redis-cluster",
+            Topology::Sentinel(_) => "redis-sentinel",
+        }
     }
 
     fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<RawLease> {
         let keys = self.keys(key);
         let token = Token::generate()?;
         let sent = Instant::now();
-        match self
-            .node
-            .acquire(&keys, &token, ttl, Mode::Try, self.signal_ttl)?
-        {
+        let deadline = self.write_deadline();
+        let attempt = self.topology.run(&keys, deadline, |node, via| {
+            node.acquire_via(
+                &keys,
+                &token,
+                ttl,
+                Mode::Try,
+                self.signal_ttl,
+                deadline,
+                via,
+            )
+        })?;
+        match attempt {
             Attempt::Acquired(fence) => Ok(RawLease::new(key.clone(), token, fence, ttl, sent)),
             _ => Err(held_elsewhere(key)),
         }
     }
 
     fn acquire(&self, key: &Key, ttl: Ttl, wait: Duration) -> Result<RawLease> {
-        if !self.node.blocks_fractionally() {
+        if !self.blocks_fractionally {
             // Redis < 6 rounds BLPOP timeouts to whole seconds: poll instead.
             return leasehold_core::wait::poll_acquire(self, key, ttl, wait);
         }
@@ -209,8 +431,14 @@ impl LockBackend for RedisBackend {
     }
 
     fn release(&self, lease: &mut RawLease) -> Result<()> {
+        if lease.kind() != LeaseKind::Exclusive {
+            return self.kinds().release(lease);
+        }
         let keys = self.keys(lease.key());
-        if self.node.release(&keys, &lease.token(), self.signal_ttl)? {
+        let (token, deadline) = (lease.token(), self.call_deadline());
+        if self.topology.run(&keys, deadline, |node, via| {
+            node.release_via(&keys, &token, self.signal_ttl, deadline, via)
+        })? {
             Ok(())
         } else {
             Err(lost(lease.key()))
@@ -218,12 +446,15 @@ impl LockBackend for RedisBackend {
     }
 
     fn extend(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        if lease.kind() != LeaseKind::Exclusive {
+            return self.kinds().extend(lease, ttl);
+        }
         let keys = self.keys(lease.key());
         let sent = Instant::now();
-        if self
-            .node
-            .extend(&keys, &lease.token(), ttl, self.signal_ttl)?
-        {
+        let (token, deadline) = (lease.token(), self.write_deadline());
+        if self.topology.run(&keys, deadline, |node, via| {
+            node.extend_via(&keys, &token, ttl, self.signal_ttl, deadline, via)
+        })? {
             lease.renewed(ttl, sent);
             Ok(())
         } else {
@@ -231,7 +462,50 @@ impl LockBackend for RedisBackend {
         }
     }
 
+    /// With its holders: 1 for an exclusive lease, the number of shares for a shared one.
     fn inspect(&self, key: &Key) -> Result<KeyInfo> {
-        self.node.inspect(&self.keys(key))
+        self.kinds().inspect_as(key, LeaseKind::Exclusive)
+    }
+
+    // Issues 14 and 15: shared locks, semaphores, restore and force-release (kinds.rs).
+    fn try_acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl) -> Result<RawLease> {
+        match kind {
+            LeaseKind::Exclusive => self.try_acquire(key, ttl),
+            other => self.kinds().try_acquire_as(key, other, ttl),
+        }
+    }
+
+    fn acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl, wait: Duration) -> Result<RawLease> {
+        match kind {
+            LeaseKind::Exclusive => self.acquire(key, ttl, wait),
+            other if !self.blocks_fractionally => {
+                leasehold_core::wait::poll_acquire_as(self, key, other, ttl, wait)
+            }
+            other => self.kinds().acquire_as(key, other, ttl, wait),
+        }
+    }
+
+    fn inspect_as(&self, key: &Key, kind: LeaseKind) -> Result<KeyInfo> {
+        self.kinds().inspect_as(key, kind)
+    }
+
+    fn restore(&self, key: &Key, token: Token) -> Result<RawLease> {
+        self.kinds().restore(key, token)
+    }
+
+    fn force_release(&self, key: &Key) -> Result<bool> {
+        self.kinds().force_release(key)
+    }
+}
+
+impl RedisBackend {
+    fn kinds(&self) -> crate::kinds::Single<'_> {
+        crate::kinds::Single {
+            topology: &self.topology,
+            settings: &self.settings,
+            prefix: &self.prefix,
+            signal_ttl: self.signal_ttl,
+            heartbeat: self.heartbeat,
+        }
     }
 }

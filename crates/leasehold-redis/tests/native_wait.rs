@@ -5,7 +5,8 @@
 
 mod common;
 
-use leasehold_core::ErrorKind;
+use leasehold_core::{ErrorKind, Key};
+use leasehold_redis::keys::RedisKeys;
 use leasehold_testkit::{unique_key, wait_until, RedisServer};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -42,8 +43,9 @@ fn a_waiter_gets_a_released_key_long_before_any_poll_interval() {
         lease.release().unwrap();
         let acquired = rx.recv_timeout(Duration::from_secs(10)).unwrap();
         let next = t.join().unwrap();
-        // One release and one acquire: the waiter neither polled while blocked nor retried.
-        assert_eq!(common::calls(&server, "evalsha") - before, 2);
+        // One release, which handed the key to the waiter: it neither polled while blocked nor
+        // ran an acquire again.
+        assert_eq!(common::calls(&server, "evalsha") - before, 1);
         handoffs.push(acquired.saturating_duration_since(released));
         next.release().unwrap();
     }
@@ -121,15 +123,20 @@ fn one_release_wakes_one_waiter() {
             .load(Ordering::SeqCst)
             == 1));
         std::thread::sleep(Duration::from_millis(300));
-        // The release, and the one woken waiter's attempt; the other three slept on.
-        assert_eq!(common::calls(&server, "evalsha") - before, 2);
+        // The release, which granted the key to one waiter; the other three slept on.
+        assert_eq!(common::calls(&server, "evalsha") - before, 1);
     });
     assert_eq!(got.load(Ordering::SeqCst), 1);
     assert_eq!(fails.load(Ordering::SeqCst), 3);
 }
 
+/// Where the lease of `key` lives (the default prefix).
+fn names(key: &str) -> RedisKeys {
+    RedisKeys::new("leasehold:", &Key::new(key.as_bytes()).unwrap())
+}
+
 fn queued(server: &RedisServer, key: &str) -> usize {
-    let reply = server.command(&[b"ZCARD", format!("leasehold:q:{key}").as_bytes()]);
+    let reply = server.command(&[b"ZCARD", &names(key).queue]);
     reply.trim().trim_start_matches(':').parse().unwrap()
 }
 
@@ -198,16 +205,14 @@ fn a_crashed_waiter_does_not_block_the_line() {
     let lease = holder.try_acquire(&key, LONG).unwrap();
     // A waiter that queued first and then died: its heartbeat runs out 600 ms from now.
     let dead = "0123456789abcdef0123456789abcdef";
-    let queue = format!("leasehold:q:{key}");
-    let beats = format!("leasehold:h:{key}");
+    let RedisKeys {
+        queue,
+        heartbeats: beats,
+        ..
+    } = names(&key);
     let expiry = (common::server_ms(&server) + 600).to_string();
-    server.command(&[b"ZADD", queue.as_bytes(), b"0", dead.as_bytes()]);
-    server.command(&[
-        b"HSET",
-        beats.as_bytes(),
-        dead.as_bytes(),
-        expiry.as_bytes(),
-    ]);
+    server.command(&[b"ZADD", &queue, b"0", dead.as_bytes()]);
+    server.command(&[b"HSET", &beats, dead.as_bytes(), expiry.as_bytes()]);
     std::thread::scope(|s| {
         let w = s.spawn(|| {
             let start = Instant::now();
@@ -273,7 +278,7 @@ fn signal_keys_do_not_pile_up() {
             });
         }
     });
-    for pattern in ["leasehold:s:*", "leasehold:q:*", "leasehold:h:*"] {
+    for pattern in ["leasehold:{*}s:*", "leasehold:{*}q:*", "leasehold:{*}h:*"] {
         assert!(
             wait_until(Duration::from_secs(5), || common::count_keys(
                 &server, pattern
@@ -282,9 +287,10 @@ fn signal_keys_do_not_pile_up() {
             common::count_keys(&server, pattern)
         );
     }
-    assert_eq!(common::count_keys(&server, "leasehold:l:*"), 0);
+    assert_eq!(common::count_keys(&server, "leasehold:{*}l:*"), 0);
     // Expired signal keys are reclaimed, not just hidden (DBSIZE counts expired keys until the
-    // server's expiry cycle frees them). What stays is one fence counter per key, by design.
+    // server's expiry cycle frees them). What stays is one fence counter per key, expiring after the
+    // fence retention (tests/fences.rs checks that).
     assert!(
         wait_until(Duration::from_secs(10), || common::dbsize(&server)
             == keys.len()),

@@ -1,7 +1,8 @@
 //! Redlock (`redlock://`) against 5 real redis-server processes: the whole contract, contention,
 //! and the faults a majority must survive (nodes killed, restarted empty, hung).
 
-use leasehold_core::{conformance, Client, Config, ErrorKind, Result};
+use leasehold_core::{conformance, Client, Config, ErrorKind, Key, Result};
+use leasehold_redis::keys::RedisKeys;
 use leasehold_redis::RedlockBackend;
 use leasehold_testkit::{unique_key, wait_until, RedisServer};
 use std::time::{Duration, Instant};
@@ -40,6 +41,34 @@ fn kind<T: std::fmt::Debug>(r: Result<T>) -> ErrorKind {
 
 const LONG: Duration = Duration::from_secs(30);
 
+/// Where the lease of `key` lives on each node (the default prefix).
+fn names(key: &str) -> RedisKeys {
+    RedisKeys::new("leasehold:", &Key::new(key.as_bytes()).unwrap())
+}
+
+/// What a node answers to GET of the lock key `lease` holds there (a RESP bulk string).
+fn get_reply(lease: &leasehold_core::Lease) -> String {
+    let token = lease.token();
+    let token = token.as_str();
+    format!("${}\r\n{token}\r\n", token.len())
+}
+
+/// Waits until every node holds `key` for `lease`. An acquire returns once a quorum granted it and
+/// its calls to the other nodes land a moment later (or never, for a node that is down); a test
+/// that then takes the key away from some nodes by hand must first let those calls land, or it
+/// takes a quorum away (CI saw B acquire after node 0 lost A's key while node 2's grant to A was
+/// still on its way).
+fn held_everywhere(nodes: &[RedisServer], key: &str, lease: &leasehold_core::Lease) {
+    let lock = names(key).lock;
+    let ours = get_reply(lease);
+    assert!(
+        wait_until(Duration::from_secs(5), || nodes
+            .iter()
+            .all(|n| n.command(&[b"GET", &lock]) == ours)),
+        "A's grant did not reach every node"
+    );
+}
+
 #[test]
 fn conformance_suite_on_five_nodes() {
     let nodes = servers(5);
@@ -59,7 +88,7 @@ fn eight_threads_200_cycles_zero_overlap() {
     let leftovers = || {
         nodes
             .iter()
-            .map(|n| n.command(&[b"KEYS", b"leasehold:r[qh]:*"]))
+            .map(|n| n.command(&[b"KEYS", b"leasehold:{*}r[qh]:*"]))
             .filter(|reply| !reply.starts_with("*0"))
             .count()
     };
@@ -170,6 +199,7 @@ fn minority_restarted_empty_during_a_hold_lets_nobody_in() {
     let key = unique_key("redlock-restart");
     let mut held = a.try_acquire(&key, LONG).unwrap();
     let fence = held.fence();
+    held_everywhere(&nodes, &key, &held);
     // Two nodes forget everything: they would grant the key, but three still hold it for A.
     nodes[0].restart();
     nodes[4].restart();
@@ -179,15 +209,22 @@ fn minority_restarted_empty_during_a_hold_lets_nobody_in() {
         ErrorKind::NotAcquired
     );
     // B's failed rounds gave back what the empty nodes granted (a give-back to a node that answered
-    // late is sent without waiting for it, so allow it a moment to land).
+    // late is sent without waiting for it, so allow it a moment to land). The key may be there
+    // all the same, as A's: A's acquire goes to every node even after a quorum answered, and a
+    // node's copy sent just before its restart runs again on a new connection after it (seen about
+    // once in 15 runs: node 0 held the key with A's token).
+    let lock = names(&key).lock;
+    let ours = get_reply(&held);
     for i in [0, 4] {
+        let only_a = |reply: &str| reply == "$-1\r\n" || reply == ours;
         let gone = leasehold_testkit::wait_until(Duration::from_secs(3), || {
-            nodes[i]
-                .command(&[b"KEYS", b"leasehold:l:*"])
-                .starts_with("*0")
+            only_a(&nodes[i].command(&[b"GET", &lock]))
         });
-        let keys = nodes[i].command(&[b"KEYS", b"leasehold:l:*"]);
-        assert!(gone, "node {i} still has {keys:?}");
+        let left = nodes[i].command(&[b"GET", &lock]);
+        assert!(
+            gone,
+            "node {i} holds {left:?}, neither nothing nor A's {ours:?}"
+        );
     }
     held.extend(LONG).expect("A still holds a quorum");
     held.release().expect("A releases on a quorum");
@@ -259,12 +296,24 @@ fn fences_increase_across_minority_kills() {
     nodes[4].kill();
     cycle(&mut fences);
     eprintln!("fences: {fences:?}");
-    // The last quorum had two nodes restarted empty: the highest fence was written back to them.
-    let counter = nodes[0].command(&[b"GET", format!("leasehold:f:{key}").as_bytes()]);
+    // The last rounds ran on two nodes restarted empty and two that remember: whichever three
+    // answered first decided, and the highest fence was written back until a quorum held it (a
+    // node that answered late keeps its own draw, so no one node is sure to hold it).
     let last = fences.last().copied().unwrap_or(0);
+    let counters: Vec<u64> = nodes[..4]
+        .iter()
+        .map(|n| {
+            let reply = n.command(&[b"GET", &names(&key).fence]);
+            reply
+                .lines()
+                .nth(1)
+                .and_then(|l| l.parse().ok())
+                .unwrap_or(0)
+        })
+        .collect();
     assert!(
-        counter.ends_with(&format!("\r\n{last}\r\n")),
-        "node 0 counter {counter:?}, last fence {last}"
+        counters.iter().filter(|&&c| c >= last).count() >= 3,
+        "counters {counters:?}, last fence {last}: a quorum must hold it"
     );
     assert!(
         fences.windows(2).all(|w| w[1] > w[0]),
@@ -279,14 +328,53 @@ fn failed_round_leaves_no_partial_keys() {
     let (a, b) = (client(&url), client(&url));
     let key = unique_key("redlock-partial");
     let held = a.try_acquire(&key, LONG).unwrap();
+    held_everywhere(&nodes, &key, &held);
     // Plant B's chance: free the key on one node by hand, so B's round gets that node only.
-    nodes[0].command(&[b"DEL", format!("leasehold:l:{key}").as_bytes()]);
+    nodes[0].command(&[b"DEL", &names(&key).lock]);
     assert_eq!(kind(b.try_acquire(&key, LONG)), ErrorKind::NotAcquired);
-    let left = nodes[0].command(&[b"EXISTS", format!("leasehold:l:{key}").as_bytes()]);
-    assert_eq!(
-        left.trim(),
-        ":0",
-        "B's partial key on node 0 was given back"
+    // The two refusals decide the round; node 0's grant may answer after them, and a node not
+    // heard from is sent its give-back without being waited for (it may be down). So the key goes
+    // within a moment, long before its 30 s TTL, but not necessarily before try_acquire returns
+    // (seen on a loaded machine).
+    let lock = names(&key).lock;
+    let within = Duration::from_secs(2);
+    assert!(
+        wait_until(within, || nodes[0].command(&[b"EXISTS", &lock]).trim()
+            == ":0"),
+        "B's partial key on node 0 was not given back within {within:?}"
     );
     held.release().expect("A still holds 2 of 3");
+}
+
+#[test]
+fn flushed_scripts_are_loaded_again_within_one_call() {
+    // The plain lock's calls are written to every node from the caller's thread at once; a node
+    // that answers NOSCRIPT (its scripts flushed, or a promoted replica) gets the call again the
+    // ordinary way, which loads the script.
+    let nodes = servers(5);
+    let client = client(&url(&nodes, FAST));
+    let key = unique_key("redlock-noscript");
+    let mut last = 0;
+    for round in 0..4 {
+        for node in nodes.iter().skip(round % 2).step_by(2) {
+            assert_eq!(node.command(&[b"SCRIPT", b"FLUSH"]), "+OK\r\n");
+        }
+        let lease = client
+            .try_acquire(&key, LONG)
+            .expect("every node answers after loading");
+        assert!(lease.fence() > last, "fences keep rising");
+        last = lease.fence();
+        lease.release().expect("released by a quorum");
+        // The others' give-backs may still be on their way (the release returns once a quorum
+        // answered).
+        let gone = || {
+            nodes
+                .iter()
+                .all(|n| n.command(&[b"EXISTS", &names(&key).lock]) == ":0\r\n")
+        };
+        assert!(
+            wait_until(Duration::from_secs(5), gone),
+            "every node lets the key go"
+        );
+    }
 }

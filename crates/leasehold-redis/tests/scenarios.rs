@@ -100,15 +100,24 @@ fn fence_strictly_increases_over_1000_acquisitions() {
     let a = common::client(&server.url());
     let b = common::client(&server.url());
     let key = unique_key("fence");
+    let before = common::server_ms(&server) * 1000;
     let mut last = 0;
+    let mut first = None;
     for i in 0..1000 {
         let c = if i % 3 == 0 { &b } else { &a };
         let lease = c.try_acquire(&key, LONG).unwrap();
         assert!(lease.fence() > last, "fence {} after {last}", lease.fence());
         last = lease.fence();
+        first.get_or_insert(last);
         lease.release().unwrap();
     }
-    assert_eq!(last, 1000, "fences start at 1 and count acquisitions");
+    // A hybrid logical clock: the server's microseconds, not a count from 1.
+    let first = first.unwrap();
+    assert!(
+        first >= before,
+        "first fence {first}, server µs before {before}"
+    );
+    assert!(last < common::server_ms(&server) * 1000 + 1000, "{last}");
 }
 
 /// Runs only as the child of `a_holder_process_killed_with_sigkill_frees_the_key_after_its_ttl`:

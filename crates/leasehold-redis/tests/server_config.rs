@@ -16,6 +16,12 @@ fn encoded(pw: &str) -> String {
         .replace('@', "%40")
 }
 
+/// The lock key of `key` under `prefix` (ASCII here, so it is its own KEYS pattern).
+fn lock_name(prefix: &str, key: &str) -> String {
+    let key = leasehold_core::Key::new(key.as_bytes()).unwrap();
+    String::from_utf8(leasehold_redis::keys::namespaced(prefix, b"l:", &key)).unwrap()
+}
+
 #[test]
 fn auth_with_a_password_works_and_a_wrong_one_is_unavailable_without_the_password() {
     let server = RedisServer::start_with_password("right-one");
@@ -90,12 +96,12 @@ fn db_number_and_prefix_isolate_keys() {
         ErrorKind::NotAcquired
     );
     assert_eq!(
-        common::count_keys(&server, &format!("app1:l:{key}")),
+        common::count_keys(&server, &lock_name("app1:", &key)),
         1,
         "the prefix is in front of every key"
     );
     assert_eq!(
-        common::count_keys(&server, &format!("leasehold:l:{key}")),
+        common::count_keys(&server, &lock_name("leasehold:", &key)),
         1
     );
     assert_eq!(

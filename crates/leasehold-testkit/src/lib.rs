@@ -1,15 +1,26 @@
 //! Real servers for tests: each test binary starts its own `redis-server` (and PostgreSQL) on a free
 //! loopback port in a temporary directory, never the shared default ports, so runs cannot disturb each
 //! other. A missing server binary is a test failure, not a skip: CI must really run these tests.
+//!
+//! The fault harness: [`FaultProxy`] between a client and a server, a [`History`] of every operation
+//! and a [`check`]er of what a lock service must never do (see [`checker`]).
 
+pub mod checker;
+mod fork;
+pub mod history;
 mod port;
 mod postgres;
+mod proxy;
 mod redis;
 mod tempdir;
 
+pub use checker::{check, CheckConfig, FencedStore, Report};
+pub use fork::in_child;
+pub use history::{History, Op, OpKind, Outcome, Snapshot};
 pub use port::free_port;
 pub use postgres::PostgresServer;
-pub use redis::RedisServer;
+pub use proxy::{Fault, FaultCycler, FaultProxy};
+pub use redis::{ClusterNode, RedisCluster, RedisSentinel, RedisServer, RedisTls};
 pub use tempdir::TempDir;
 
 use std::time::{Duration, Instant};
@@ -39,4 +50,51 @@ pub fn unique_key(label: &str) -> String {
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     )
+}
+
+/// Starts `cmd` so that it dies with this process (`PR_SET_PDEATHSIG`), also when the server object
+/// sits in a static that is never dropped, or the test binary is killed. The death signal fires when
+/// the spawning *thread* ends, and test threads are short-lived, so every server is spawned from one
+/// thread that lives as long as the process.
+pub fn spawn_for_process(
+    mut cmd: std::process::Command,
+    signal: libc::c_int,
+) -> std::io::Result<std::process::Child> {
+    use std::os::unix::process::CommandExt;
+    use std::sync::mpsc;
+    use std::sync::{Mutex, OnceLock};
+    type Request = (
+        std::process::Command,
+        mpsc::Sender<std::io::Result<std::process::Child>>,
+    );
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<Request>>> = OnceLock::new();
+    // SAFETY: prctl is async-signal-safe, as pre_exec requires.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, signal);
+            Ok(())
+        });
+    }
+    let spawner = SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Request>();
+        std::thread::Builder::new()
+            .name("testkit-spawner".into())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    let _ = reply.send(cmd.spawn());
+                }
+                // The senders live in a static: this loop only ends with the process.
+            })
+            .expect("start the testkit's spawner thread");
+        Mutex::new(tx)
+    });
+    let (reply, answer) = mpsc::channel();
+    spawner
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .send((cmd, reply))
+        .map_err(|_| std::io::Error::other("the testkit's spawner thread is gone"))?;
+    answer
+        .recv()
+        .map_err(|_| std::io::Error::other("the testkit's spawner thread is gone"))?
 }

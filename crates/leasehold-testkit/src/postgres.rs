@@ -5,7 +5,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{mpsc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 /// A PostgreSQL server for tests: `initdb` into a temporary directory, `postgres` on a free loopback
@@ -28,11 +28,45 @@ pub struct PostgresServer {
     bin: PathBuf,
     child: Option<Child>,
     external: Option<String>,
+    /// Extra `-c name=value` settings (TLS).
+    settings: Vec<String>,
+}
+
+/// The server side of [`PostgresServer::start_tls`].
+struct TlsServerFiles<'a> {
+    cert: &'a Path,
+    key: &'a Path,
+    client_ca: Option<&'a Path>,
 }
 
 impl PostgresServer {
     /// Starts a server of our own (ignores `LEASEHOLD_TEST_POSTGRES_URL`).
     pub fn start() -> PostgresServer {
+        PostgresServer::start_with(None)
+    }
+
+    /// Starts a server of our own with `ssl=on`, PEM files of its certificate and key and
+    /// optionally of the CA that client certificates must be signed by (`ssl_ca_file`) (copied into the data
+    /// directory, owned by the server's user, the key mode 0600), and `pg_hba.conf` made of
+    /// `hba` lines after one that the testkit itself needs: `hostnossl all postgres 127.0.0.1/32
+    /// trust` (so the readiness probe and admin sessions as `postgres` work in plain text). Use
+    /// other roles for the TLS-only rules, e.g. `hostssl all alice 127.0.0.1/32 trust` or
+    /// `hostssl all bob 127.0.0.1/32 cert`.
+    pub fn start_tls(
+        cert: &Path,
+        key: &Path,
+        client_ca: Option<&Path>,
+        hba: &[&str],
+    ) -> PostgresServer {
+        let files = TlsServerFiles {
+            cert,
+            key,
+            client_ca,
+        };
+        PostgresServer::start_with(Some((&files, hba)))
+    }
+
+    fn start_with(tls: Option<(&TlsServerFiles<'_>, &[&str])>) -> PostgresServer {
         remove_stale_dirs();
         let bin = bin_dir();
         let dir = TempDir::new("postgres");
@@ -74,6 +108,32 @@ impl PostgresServer {
             "initdb failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        let mut settings = Vec::new();
+        if let Some((files, hba)) = tls {
+            let mut copy = |from: &Path, name: &str, setting: &str| {
+                let to = data.join(name);
+                std::fs::copy(from, &to)
+                    .unwrap_or_else(|e| panic!("copy {} for the server: {e}", from.display()));
+                std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o600))
+                    .expect("chmod a TLS file");
+                if let Some((uid, gid)) = owner {
+                    chown(&to, uid, gid);
+                }
+                settings.push(format!("{setting}={}", to.display()));
+            };
+            copy(files.cert, "server.crt", "ssl_cert_file");
+            copy(files.key, "server.key", "ssl_key_file");
+            if let Some(ca) = files.client_ca {
+                copy(ca, "client_ca.crt", "ssl_ca_file");
+            }
+            settings.push("ssl=on".to_owned());
+            let mut conf = String::from("hostnossl all postgres 127.0.0.1/32 trust\n");
+            for line in hba {
+                conf.push_str(line);
+                conf.push('\n');
+            }
+            std::fs::write(data.join("pg_hba.conf"), conf).expect("write pg_hba.conf");
+        }
         let mut server = PostgresServer {
             port: free_port(),
             dir: Some(dir),
@@ -81,6 +141,7 @@ impl PostgresServer {
             bin,
             child: None,
             external: None,
+            settings,
         };
         server.spawn();
         server
@@ -98,6 +159,7 @@ impl PostgresServer {
                 bin: PathBuf::new(),
                 child: None,
                 external: Some(url),
+                settings: Vec::new(),
             },
             _ => PostgresServer::start(),
         })
@@ -116,6 +178,7 @@ impl PostgresServer {
             ])
             .args(["-c", "fsync=off", "-c", "full_page_writes=off"])
             .args(["-c", "max_connections=300", "-c", "shared_buffers=64MB"])
+            .args(self.settings.iter().flat_map(|s| ["-c", s.as_str()]))
             .args([
                 "-c",
                 "log_min_messages=warning",
@@ -129,26 +192,9 @@ impl PostgresServer {
         if let Some((uid, gid)) = run_as() {
             cmd.uid(uid).gid(gid);
         }
-        // SAFETY: prctl is async-signal-safe. The server must not outlive the test process: the
-        // shared server sits in a static that is never dropped.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGQUIT);
-                Ok(())
-            });
-        }
-        // PDEATHSIG fires when the spawning *thread* exits, and test threads are short-lived: spawn
-        // from a thread that lives as long as the process.
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(cmd.spawn());
-            loop {
-                std::thread::park();
-            }
-        });
-        let child = rx
-            .recv()
-            .expect("spawner thread")
+        // The server must not outlive the test process: the shared server sits in a static that is
+        // never dropped. SIGQUIT is PostgreSQL's immediate shutdown.
+        let child = crate::spawn_for_process(cmd, libc::SIGQUIT)
             .unwrap_or_else(|e| panic!("cannot start postgres ({e})"));
         self.child = Some(child);
         let port = self.port;
@@ -238,6 +284,49 @@ impl PostgresServer {
         self.start_again();
     }
 
+    /// Stops the server with SIGSTOP: the postmaster and every backend process (found through
+    /// /proc as its descendants). The kernel still accepts connections and ACKs data and keepalives,
+    /// so only a client-side timeout notices: the "paused server" fault.
+    pub fn pause(&self) {
+        self.signal_tree(libc::SIGSTOP);
+    }
+
+    /// Continues a server stopped by [`PostgresServer::pause`].
+    pub fn resume(&self) {
+        self.signal_tree(libc::SIGCONT);
+    }
+
+    fn signal_tree(&self, sig: i32) {
+        assert!(self.external.is_none(), "cannot pause an external server");
+        let Some(child) = &self.child else {
+            return;
+        };
+        let root = child.id() as i32;
+        // SAFETY: kill(2) on our own child, not yet reaped.
+        unsafe {
+            libc::kill(root, sig);
+        }
+        // Backends forked while we walk would escape; walk until a pass finds no new process.
+        let mut done = vec![root];
+        loop {
+            let fresh: Vec<i32> = descendants(root)
+                .into_iter()
+                .filter(|p| !done.contains(p))
+                .collect();
+            if fresh.is_empty() {
+                break;
+            }
+            for pid in fresh {
+                // SAFETY: kill(2) on a descendant of our child; a pid reused meanwhile is a
+                // vanishingly small risk within one test.
+                unsafe {
+                    libc::kill(pid, sig);
+                }
+                done.push(pid);
+            }
+        }
+    }
+
     pub fn is_running(&self) -> bool {
         self.external.is_some() || self.child.is_some()
     }
@@ -249,6 +338,46 @@ impl Drop for PostgresServer {
             self.signal_and_wait(libc::SIGQUIT);
         }
     }
+}
+
+/// Every process below `root`, from each /proc/PID/stat's parent field.
+fn descendants(root: i32) -> Vec<i32> {
+    let mut parents: Vec<(i32, i32)> = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid …": comm may hold spaces and parentheses, so split after the last ')'.
+        let Some(ppid) = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        parents.push((pid, ppid));
+    }
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        found.extend(
+            parents
+                .iter()
+                .filter(|(_, pp)| *pp == parent)
+                .map(|(p, _)| *p),
+        );
+        i += 1;
+    }
+    found.remove(0);
+    found
 }
 
 /// Whether the server accepts a session now: a startup packet answered by ReadyForQuery, not by an

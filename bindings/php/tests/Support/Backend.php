@@ -30,6 +30,14 @@ final class Backend
             static fn (string $key) => Underneath::deleteRedis($server->port, $key));
     }
 
+    /** PostgreSQL table mode (`?lock=table`): the mode that can restore a lease in another process. */
+    public static function postgres(): self
+    {
+        $server = PostgresServer::shared();
+        return new self('postgres', $server->url(['connect_timeout_ms' => 2000, 'io_timeout_ms' => 2000]),
+            static fn (string $key) => $server->deleteLock($key));
+    }
+
     /** @return array<string, array{callable(): self}> for a @dataProvider */
     public static function both(): array
     {

@@ -24,6 +24,110 @@ abstract class LockContractTestCase extends LeaseholdTestCase
         return Client::connect($this->url());
     }
 
+    public function testSharedLocksCoexistAndExcludeWriters(): void
+    {
+        $client = $this->client();
+        $key = self::uniqueKey('shared');
+        $r1 = $client->createSharedLock($key, 10.0);
+        $r2 = $client->createSharedLock($key, 10.0);
+        self::assertTrue($r1->isShared());
+        self::assertTrue($r1->tryAcquire());
+        self::assertTrue($r2->acquire(0.1), 'a second reader at once');
+        self::assertGreaterThan($r1->fence(), $r2->fence());
+        self::assertHeldElsewhere($client, $key, 'readers keep writers out');
+        $r1->release();
+        $r2->release();
+        $writer = $client->createLock($key, 10.0);
+        self::assertFalse($writer->isShared());
+        self::assertTrue($writer->tryAcquire());
+        self::assertFalse($client->createSharedLock($key, 10.0)->tryAcquire(), 'a writer keeps readers out');
+        $writer->release();
+    }
+
+    public function testSemaphoresCountPermits(): void
+    {
+        $client = $this->client();
+        $key = self::uniqueKey('semaphore');
+        $semaphore = $client->createSemaphore($key, permits: 2, ttl: 10.0);
+        self::assertSame(2, $semaphore->permits());
+        $a = $semaphore->tryAcquire();
+        $b = $semaphore->acquire(0.1);
+        self::assertNotNull($a);
+        self::assertNotNull($b);
+        self::assertSame(2, $a->permits());
+        self::assertGreaterThan($a->fence(), $b->fence());
+        self::assertNull($semaphore->tryAcquire(), 'both permits are taken');
+        self::assertTrue($client->createLock($key, 10.0)->tryAcquire(), 'a lock of the same name is unrelated');
+        $a->release();
+        $c = $semaphore->tryAcquire();
+        self::assertNotNull($c, 'a released permit is free again');
+        $b->release();
+        $c->release();
+        foreach ([0, 65536, -1] as $bad) {
+            try {
+                $client->createSemaphore($key, permits: $bad);
+                self::fail("permits $bad must be refused");
+            } catch (InvalidArgumentException $e) {
+                self::assertStringContainsString('permits', $e->getMessage());
+            }
+        }
+    }
+
+    public function testRestoreLockPicksUpALeaseByToken(): void
+    {
+        $client = $this->client();
+        $key = self::uniqueKey('restore');
+        $original = $client->createLock($key, 10.0);
+        self::assertTrue($original->tryAcquire());
+        $restored = $this->client()->restoreLock($key, (string) $original->token());
+        self::assertTrue($restored->isAcquired());
+        self::assertSame($original->fence(), $restored->fence());
+        self::assertSame($original->token(), $restored->token());
+        $restored->release();
+        $this->expectException(LockLostException::class);
+        $original->release();
+    }
+
+    public function testRestoreLockRefusesBadAndStaleTokens(): void
+    {
+        $client = $this->client();
+        $key = self::uniqueKey('restore-bad');
+        foreach (['', 'xyz', str_repeat('A', 32), str_repeat('0', 31)] as $bad) {
+            try {
+                $client->restoreLock($key, $bad);
+                self::fail("token '$bad' must be refused");
+            } catch (InvalidArgumentException) {
+                self::assertTrue(true);
+            }
+        }
+        $lock = $client->createLock($key, 10.0);
+        self::assertTrue($lock->tryAcquire());
+        $token = (string) $lock->token();
+        $lock->release();
+        $this->expectException(LockLostException::class);
+        $client->restoreLock($key, $token);
+    }
+
+    public function testForceReleaseFreesAnyHolderAndDetachKeepsTheKey(): void
+    {
+        $client = $this->client();
+        $key = self::uniqueKey('force');
+        $stuck = $client->createLock($key, 10.0);
+        self::assertTrue($stuck->tryAcquire());
+        $client->forceRelease($key);
+        $next = $client->createLock($key, 10.0);
+        self::assertTrue($next->tryAcquire());
+        self::assertGreaterThan($stuck->fence(), $next->fence());
+        $token = (string) $next->token();
+        $next->detach();
+        self::assertFalse($next->isAcquired());
+        self::assertHeldElsewhere($client, $key, 'detach() does not release');
+        $client->restoreLock($key, $token)->release();
+        $client->forceRelease($key); // free: nothing to do
+        $this->expectException(LockLostException::class);
+        $stuck->release();
+    }
+
     public function testVersionIsReported(): void
     {
         self::assertMatchesRegularExpression('/^\d+\.\d+\.\d+/', $this->client()->version());

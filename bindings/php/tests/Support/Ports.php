@@ -6,22 +6,37 @@ namespace Leasehold\Tests\Support;
 
 final class Ports
 {
-    /** A loopback TCP port that nothing listens on now (the kernel picks it; never 6379 or 5432). */
+    /**
+     * A loopback TCP port that nothing listens on now, below the kernel's ephemeral range: an
+     * outgoing connection takes its local port from that range, so it cannot grab the port between
+     * this check and the server's bind, nor the port of a server a test stops and starts again.
+     */
     public static function free(): int
     {
-        for ($attempt = 0; $attempt < 20; $attempt++) {
-            $server = @stream_socket_server('tcp://127.0.0.1:0', $errno, $error);
-            if ($server === false) {
-                throw new \RuntimeException("cannot bind a loopback port: $error");
+        $high = self::ephemeralLow();
+        for ($attempt = 0; $attempt < 200; $attempt++) {
+            $port = random_int(10000, $high - 1);
+            if ($port === 6379 || $port === 5432) {
+                continue;
             }
-            $name = stream_socket_get_name($server, false);
+            $server = @stream_socket_server("tcp://127.0.0.1:$port", $errno, $error);
+            if ($server === false) {
+                continue;
+            }
             fclose($server);
-            $port = (int) substr((string) $name, strrpos((string) $name, ':') + 1);
-            if ($port !== 6379 && $port !== 5432 && $port > 0) {
+            if (!self::answers($port)) {
                 return $port;
             }
         }
         throw new \RuntimeException('no free loopback port');
+    }
+
+    /** The first port of the kernel's ephemeral range (32768 where it cannot be read). */
+    private static function ephemeralLow(): int
+    {
+        $range = @file_get_contents('/proc/sys/net/ipv4/ip_local_port_range');
+        $low = $range === false ? 0 : (int) preg_split('/\s+/', trim($range))[0];
+        return $low > 11000 ? $low : 32768;
     }
 
     public static function answers(int $port): bool

@@ -6,7 +6,7 @@ namespace Leasehold\Tests\Support;
 
 /**
  * Removes a lock behind the library's back, as an operator, a flushed Redis or a wiped directory would: the local
- * backend's record file, or the Redis lock key `leasehold:l:<key>` (a raw DEL over RESP).
+ * backend's record file, or the Redis lock key (a raw DEL over RESP).
  */
 final class Underneath
 {
@@ -27,13 +27,22 @@ final class Underneath
         }
     }
 
+    /**
+     * A lease's Redis key name: `prefix ‖ "{" ‖ 16 hex digits of SHA-256(prefix ‖ key) ‖ "}" ‖ tag ‖ key`, the hash tag
+     * that keeps a lease's keys in one Cluster slot (crates/leasehold-redis/src/keys.rs).
+     */
+    public static function redisKey(string $prefix, string $tag, string $key): string
+    {
+        return $prefix . '{' . substr(hash('sha256', $prefix . $key), 0, 16) . '}' . $tag . $key;
+    }
+
     public static function deleteRedis(int $port, string $key): void
     {
         $socket = stream_socket_client("tcp://127.0.0.1:$port", $errno, $error, 5.0);
         if ($socket === false) {
             throw new \RuntimeException("cannot reach redis on $port: $error");
         }
-        $lockKey = 'leasehold:l:' . $key;
+        $lockKey = self::redisKey('leasehold:', 'l:', $key);
         fwrite($socket, sprintf("*2\r\n\$3\r\nDEL\r\n\$%d\r\n%s\r\n", strlen($lockKey), $lockKey));
         stream_set_timeout($socket, 5);
         $reply = (string) fgets($socket);

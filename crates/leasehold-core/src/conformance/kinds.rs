@@ -1,0 +1,325 @@
+//! Shared locks and semaphores (issue 15): every promise of a lease — TTL, token, fence,
+//! compare-and-delete release, owner-only extend, bounded native waits — for each kind.
+
+use super::{key, kind, run_checks, Check, LONG};
+use crate::{Client, ErrorKind, LeaseKind};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Shared (read) locks beside exclusive ones.
+pub fn run_shared(new_client: &dyn Fn() -> Client) {
+    let checks: &[Check] = &[
+        ("shared_holders_coexist", shared_holders_coexist),
+        ("exclusive_and_shared_exclude", exclusive_and_shared_exclude),
+        (
+            "expired_reader_frees_its_share_only",
+            expired_reader_frees_its_share_only,
+        ),
+        (
+            "waiting_writer_goes_before_new_readers",
+            waiting_writer_goes_before_new_readers,
+        ),
+        ("shared_wait_ends_at_release", shared_wait_ends_at_release),
+        ("shared_extend_is_owner_only", shared_extend_is_owner_only),
+    ];
+    run_checks(&new_client(), &new_client(), checks);
+}
+
+/// Counting semaphores.
+pub fn run_semaphore(new_client: &dyn Fn() -> Client) {
+    let checks: &[Check] = &[
+        ("permits_limit_holders", permits_limit_holders),
+        ("expired_permit_is_reclaimed", expired_permit_is_reclaimed),
+        (
+            "semaphores_are_their_own_namespace",
+            semaphores_are_their_own_namespace,
+        ),
+        ("permit_wait_ends_at_release", permit_wait_ends_at_release),
+        ("bad_permits_are_rejected", bad_permits_are_rejected),
+    ];
+    run_checks(&new_client(), &new_client(), checks);
+}
+
+fn shared_holders_coexist(a: &Client, b: &Client) {
+    let k = key("shared");
+    let r1 = a.try_acquire_shared(&k, LONG).expect("first reader");
+    let r2 = b
+        .try_acquire_shared(&k, LONG)
+        .expect("second reader at once");
+    assert_eq!(r1.kind(), LeaseKind::Shared);
+    assert_ne!(r1.token(), r2.token());
+    assert!(r2.fence() > r1.fence(), "every grant gets a larger fence");
+    assert_eq!(kind(a.try_acquire(&k, LONG)), ErrorKind::NotAcquired);
+    assert!(a.inspect(&k).unwrap().held);
+    r1.release().unwrap();
+    assert_eq!(
+        kind(a.try_acquire(&k, LONG)),
+        ErrorKind::NotAcquired,
+        "one reader is left"
+    );
+    let f2 = r2.fence();
+    r2.release().unwrap();
+    let w = a
+        .try_acquire(&k, LONG)
+        .expect("free once every reader left");
+    assert!(w.fence() > f2);
+    w.release().unwrap();
+    assert_eq!(a.stats().acquired_shared, 1);
+}
+
+fn exclusive_and_shared_exclude(a: &Client, b: &Client) {
+    let k = key("shared-excl");
+    let w = a.try_acquire(&k, LONG).unwrap();
+    assert_eq!(kind(b.try_acquire_shared(&k, LONG)), ErrorKind::NotAcquired);
+    let fw = w.fence();
+    w.release().unwrap();
+    let r = b.try_acquire_shared(&k, LONG).unwrap();
+    assert!(r.fence() > fw);
+    r.release().unwrap();
+}
+
+fn expired_reader_frees_its_share_only(a: &Client, b: &Client) {
+    let k = key("shared-expiry");
+    let short = a
+        .try_acquire_shared(&k, Duration::from_millis(100))
+        .unwrap();
+    let long = b.try_acquire_shared(&k, LONG).unwrap();
+    std::thread::sleep(Duration::from_millis(350));
+    assert_eq!(
+        kind(a.try_acquire(&k, LONG)),
+        ErrorKind::NotAcquired,
+        "the other reader still holds its share"
+    );
+    assert_eq!(kind(short.release()), ErrorKind::Lost);
+    long.release().unwrap();
+    // A reader that outlived its TTL no longer blocks a writer.
+    let stale = a
+        .try_acquire_shared(&k, Duration::from_millis(100))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(350));
+    let w = b.try_acquire(&k, LONG).expect("expired reader is gone");
+    assert_eq!(kind(stale.release()), ErrorKind::Lost);
+    w.release().unwrap();
+}
+
+fn waiting_writer_goes_before_new_readers(a: &Client, b: &Client) {
+    let k = key("shared-writer");
+    let reader = a.try_acquire_shared(&k, LONG).unwrap();
+    let writer_client = b.clone();
+    let wk = k.clone();
+    let writer = std::thread::spawn(move || {
+        writer_client
+            .acquire(&wk, LONG, Duration::from_secs(10))
+            .map(|l| (l.fence(), l))
+    });
+    // Once the writer waits, readers arriving after it wait too: a stream of readers cannot
+    // starve it.
+    let mut refused = false;
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(50));
+        match a.try_acquire_shared(&k, LONG) {
+            Ok(extra) => extra.release().unwrap(),
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::NotAcquired, "{e}");
+                refused = true;
+                break;
+            }
+        }
+    }
+    assert!(refused, "new readers kept getting in while a writer waited");
+    let fr = reader.fence();
+    reader.release().unwrap();
+    let (fw, w) = writer.join().unwrap().expect("the writer gets the key");
+    assert!(fw > fr);
+    w.release().unwrap();
+}
+
+fn shared_wait_ends_at_release(a: &Client, b: &Client) {
+    let k = key("shared-wait");
+    let w = a.try_acquire(&k, LONG).unwrap();
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(150));
+        w.release().unwrap();
+    });
+    let start = Instant::now();
+    let r = b
+        .acquire_shared(&k, LONG, Duration::from_secs(10))
+        .expect("a waiting reader gets in");
+    assert!(start.elapsed() < Duration::from_secs(5));
+    releaser.join().unwrap();
+    r.release().unwrap();
+    let w = a.try_acquire(&k, LONG).unwrap();
+    let start = Instant::now();
+    assert_eq!(
+        kind(b.acquire_shared(&k, LONG, Duration::from_millis(300))),
+        ErrorKind::NotAcquired
+    );
+    assert!(start.elapsed() >= Duration::from_millis(290));
+    w.release().unwrap();
+}
+
+fn shared_extend_is_owner_only(a: &Client, b: &Client) {
+    let k = key("shared-extend");
+    let mut r = a
+        .try_acquire_shared(&k, Duration::from_millis(300))
+        .unwrap();
+    r.extend(Duration::from_secs(20)).expect("owner extends");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(kind(b.try_acquire(&k, LONG)), ErrorKind::NotAcquired);
+    let mut stale = a
+        .try_acquire_shared(&k, Duration::from_millis(100))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(350));
+    assert_eq!(
+        kind(stale.extend(LONG)),
+        ErrorKind::Lost,
+        "an expired share"
+    );
+    r.release().unwrap();
+}
+
+fn permits_limit_holders(a: &Client, b: &Client) {
+    let k = key("sem");
+    let mut held = Vec::new();
+    for i in 0..3 {
+        let c = if i % 2 == 0 { a } else { b };
+        let p = c.try_acquire_permit(&k, 3, LONG).expect("a permit is free");
+        assert!(matches!(p.kind(), LeaseKind::Permit(n) if n.get() == 3));
+        if let Some(last) = held.last() {
+            let last: &crate::Lease = last;
+            assert!(p.fence() > last.fence(), "permits get rising fences");
+        }
+        held.push(p);
+    }
+    assert_eq!(
+        kind(b.try_acquire_permit(&k, 3, LONG)),
+        ErrorKind::NotAcquired
+    );
+    let first = held.remove(0);
+    let f = held.iter().map(|l| l.fence()).max().unwrap();
+    first.release().unwrap();
+    let again = b
+        .try_acquire_permit(&k, 3, LONG)
+        .expect("a released permit is free");
+    assert!(again.fence() > f);
+    assert_eq!(
+        kind(a.try_acquire_permit(&k, 3, LONG)),
+        ErrorKind::NotAcquired
+    );
+    held.push(again);
+    for p in held {
+        p.release().unwrap();
+    }
+    assert!(a.stats().acquired_permit >= 1);
+}
+
+fn expired_permit_is_reclaimed(a: &Client, b: &Client) {
+    let k = key("sem-expiry");
+    let mut short = a
+        .try_acquire_permit(&k, 1, Duration::from_millis(100))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(350));
+    let next = b
+        .try_acquire_permit(&k, 1, LONG)
+        .expect("the next acquire reclaims an expired permit");
+    assert!(next.fence() > short.fence());
+    assert_eq!(kind(short.extend(LONG)), ErrorKind::Lost);
+    assert_eq!(kind(short.release_in_place()), ErrorKind::Lost);
+    assert_eq!(
+        kind(a.try_acquire_permit(&k, 1, LONG)),
+        ErrorKind::NotAcquired
+    );
+    next.release().unwrap();
+}
+
+fn semaphores_are_their_own_namespace(a: &Client, b: &Client) {
+    let k = key("sem-ns");
+    let lock = a.try_acquire(&k, LONG).unwrap();
+    let permit = b
+        .try_acquire_permit(&k, 1, LONG)
+        .expect("a semaphore does not see the lock of the same name");
+    lock.release().unwrap();
+    assert_eq!(
+        kind(a.try_acquire_permit(&k, 1, LONG)),
+        ErrorKind::NotAcquired
+    );
+    let lock = a.try_acquire(&k, LONG).expect("nor the lock the semaphore");
+    permit.release().unwrap();
+    lock.release().unwrap();
+}
+
+fn permit_wait_ends_at_release(a: &Client, b: &Client) {
+    let k = key("sem-wait");
+    let p = a.try_acquire_permit(&k, 1, LONG).unwrap();
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(150));
+        p.release().unwrap();
+    });
+    let start = Instant::now();
+    let next = b
+        .acquire_permit(&k, 1, LONG, Duration::from_secs(10))
+        .expect("a waiter gets the released permit");
+    assert!(start.elapsed() < Duration::from_secs(5));
+    releaser.join().unwrap();
+    let start = Instant::now();
+    assert_eq!(
+        kind(a.acquire_permit(&k, 1, LONG, Duration::from_millis(300))),
+        ErrorKind::NotAcquired
+    );
+    assert!(start.elapsed() >= Duration::from_millis(290));
+    next.release().unwrap();
+}
+
+fn bad_permits_are_rejected(a: &Client, _: &Client) {
+    let k = key("sem-bad");
+    for permits in [0, crate::MAX_PERMITS + 1, u32::MAX] {
+        assert_eq!(
+            kind(a.try_acquire_permit(&k, permits, LONG)),
+            ErrorKind::InvalidArgument
+        );
+        assert_eq!(
+            kind(a.acquire_permit(&k, permits, LONG, Duration::from_millis(10))),
+            ErrorKind::InvalidArgument
+        );
+    }
+    a.try_acquire_permit(&k, crate::MAX_PERMITS, LONG)
+        .expect("the largest semaphore")
+        .release()
+        .unwrap();
+}
+
+/// Threads contending for a semaphore of `permits`: never more than `permits` holders at once, and
+/// every cycle completes.
+pub fn semaphore_limit(client: &Client, permits: u32, threads: usize, cycles: usize) {
+    let k = key("sem-limit");
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let workers: Vec<_> = (0..threads)
+        .map(|_| {
+            let (client, k, inside, most) =
+                (client.clone(), k.clone(), inside.clone(), most.clone());
+            std::thread::spawn(move || {
+                for _ in 0..cycles {
+                    let p = client
+                        .acquire_permit(&k, permits, LONG, Duration::from_secs(30))
+                        .expect("a permit within the wait");
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    std::thread::yield_now();
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    p.release().expect("release");
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(
+        most <= permits as usize,
+        "{most} holders at once on a semaphore of {permits}"
+    );
+}

@@ -1,0 +1,244 @@
+//! The lock directory: created private, checked, and held open.
+//!
+//! Whoever can write the directory can take or free any key in it, so an existing directory is
+//! used only if it belongs to this process's effective user and is not writable by group or others
+//! (another local user could otherwise pre-create it, for example in a world-writable `/tmp`). It
+//! is opened once, and every record is reached relative to that descriptor (`openat`), so renaming
+//! or replacing the path later cannot redirect us to a directory that was never checked. It must
+//! be on a local file system: records tell boots apart by the kernel's boot id, which only means
+//! "an earlier boot" when every writer runs on this host.
+
+use crate::file::io_error;
+use leasehold_core::{Error, Result};
+use std::ffi::CString;
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// File systems whose files other hosts can reach: boot ids and `CLOCK_BOOTTIME` are per host and
+/// inotify does not see remote changes, so records there could wrongly count as free.
+const NETWORK_FILE_SYSTEMS: &[(u64, &str)] = &[
+    (0x6969, "nfs"),
+    (0x517b, "smb"),
+    (0xff53_4d42, "cifs"),
+    (0xfe53_4d42, "smb2"),
+    (0x0102_1997, "9p"),
+    (0x00c3_6400, "ceph"),
+    (0x5346_414f, "afs"),
+    (0x6b41_4653, "afs"),
+    (0x7375_7245, "coda"),
+    (0x0bd0_0bd0, "lustre"),
+    (0x0116_1970, "gfs2"),
+    (0x7461_636f, "ocfs2"),
+];
+
+#[derive(Debug)]
+pub(crate) struct Dir {
+    path: PathBuf,
+    fd: OwnedFd,
+}
+
+impl Dir {
+    /// Creates `path` (mode 0700, parents too) if it is missing, opens it and checks it is safe.
+    pub(crate) fn open(path: &Path) -> Result<Dir> {
+        create(path)?;
+        let c_path = c_string(path)?;
+        // SAFETY: `c_path` is NUL-terminated and lives for the call.
+        let fd = unsafe {
+            libc::open(
+                c_path.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            let err = std::io::Error::last_os_error();
+            return Err(io_error("cannot open the lock directory", path, &err));
+        }
+        // SAFETY: `fd` was just returned by open and is owned by nobody else.
+        let dir = Dir {
+            path: path.to_owned(),
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        };
+        dir.check()?;
+        Ok(dir)
+    }
+
+    fn check(&self) -> Result<()> {
+        let path = self.path.display();
+        let st = fstat(self.fd.as_raw_fd())
+            .map_err(|e| io_error("cannot stat the lock directory", &self.path, &e))?;
+        // SAFETY: geteuid cannot fail.
+        let me = unsafe { libc::geteuid() };
+        if st.st_uid != me {
+            return Err(Error::invalid(format!(
+                "the lock directory {path} belongs to uid {}, not to this process's uid {me}; another \
+                 user could take or free every lock in it. Use a directory of your own (or, if it \
+                 is yours, `chown {me} {path}`)",
+                st.st_uid
+            )));
+        }
+        let mode = st.st_mode & 0o7777;
+        if mode & 0o022 != 0 {
+            return Err(Error::invalid(format!(
+                "the lock directory {path} is writable by {} (mode {mode:04o}); anyone who can \
+                 write it can take or free every lock in it. Fix it with `chmod go-w {path}` (0700 \
+                 is what Leasehold creates)",
+                if mode & 0o002 != 0 {
+                    "others"
+                } else {
+                    "its group"
+                }
+            )));
+        }
+        let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: `fs` is a valid, writable statfs for the call; the descriptor is open.
+        if unsafe { libc::fstatfs(self.fd.as_raw_fd(), &mut fs) } == 0 {
+            // f_type is a signed word whose width differs between targets; magic numbers are 32 bits.
+            let kind = (fs.f_type as u64) & 0xffff_ffff;
+            if let Some((_, name)) = NETWORK_FILE_SYSTEMS.iter().find(|(m, _)| *m == kind) {
+                return Err(Error::invalid(format!(
+                    "the lock directory {path} is on a network or cluster file system ({name}); the \
+                     local backend needs a local one (boot ids, CLOCK_BOOTTIME and inotify are per \
+                     host). Use a local directory, or a network backend (redis://, postgres://)"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The full path of an entry, for messages and inotify.
+    pub(crate) fn join(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    /// Opens the entry `name` with `open(2)` flags `flags` (plus `O_CLOEXEC | O_NOFOLLOW`).
+    pub(crate) fn open_at(&self, name: &str, flags: libc::c_int) -> std::io::Result<File> {
+        let c_name = CString::new(name).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+        // SAFETY: `c_name` is NUL-terminated and lives for the call; the directory is open.
+        let fd = unsafe {
+            libc::openat(
+                self.fd.as_raw_fd(),
+                c_name.as_ptr(),
+                flags | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+                FILE_MODE,
+            )
+        };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just returned by openat and is owned by nobody else.
+        Ok(unsafe { File::from_raw_fd(fd) })
+    }
+
+    /// Device and inode of the entry `name` now, without following a symbolic link.
+    pub(crate) fn identity_of(&self, name: &str) -> std::io::Result<(u64, u64)> {
+        let c_name = CString::new(name).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: valid pointers for the call; the directory is open.
+        let rc = unsafe {
+            libc::fstatat(
+                self.fd.as_raw_fd(),
+                c_name.as_ptr(),
+                &mut st,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok((st.st_dev as u64, st.st_ino as u64))
+    }
+
+    pub(crate) fn unlink(&self, name: &str) -> std::io::Result<()> {
+        let c_name = CString::new(name).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+        // SAFETY: `c_name` is NUL-terminated and lives for the call; the directory is open.
+        if unsafe { libc::unlinkat(self.fd.as_raw_fd(), c_name.as_ptr(), 0) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+/// Files are private to the user: the directory already is, and nobody else may write a record.
+const FILE_MODE: libc::c_uint = 0o600;
+
+/// Device and inode of an open file.
+pub(crate) fn identity(file: &File) -> std::io::Result<(u64, u64)> {
+    let st = fstat(file.as_raw_fd())?;
+    Ok((st.st_dev as u64, st.st_ino as u64))
+}
+
+fn fstat(fd: libc::c_int) -> std::io::Result<libc::stat> {
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is valid and writable for the call.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(st)
+}
+
+fn c_string(path: &Path) -> Result<CString> {
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| {
+        Error::invalid(format!(
+            "the lock directory {} contains a NUL byte",
+            path.display()
+        ))
+    })
+}
+
+fn create(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+    {
+        Ok(()) if dir.is_dir() => Ok(()),
+        Ok(()) => Err(Error::Unavailable(format!(
+            "{} is not a directory",
+            dir.display()
+        ))),
+        Err(e) => Err(io_error("cannot create the lock directory", dir, &e)),
+    }
+}
+
+/// Where `file://` locks go when no URL is given: the first of `/run/lock/leasehold-<uid>` (when
+/// `/run/lock` exists and this user may create entries there), `$XDG_RUNTIME_DIR/leasehold`, and
+/// `<temp dir>/leasehold-<uid>`.
+///
+/// Why: a tmp cleaner that deletes a held key's record lets a second process take the key, so the
+/// default must be a directory no cleaner ages. systemd-tmpfiles deletes files in `/tmp` after 10
+/// days and in `/var/tmp` after 30 without use; `/run/lock` is the tmpfs meant for lock files and is
+/// not aged, and it empties at reboot, when every lease is over anyway. `$XDG_RUNTIME_DIR` (a
+/// per-user tmpfs) is next; it is not aged by systemd either, but is removed when the user's last
+/// session ends, so it suits interactive use. The temp directory is the last resort. The uid in the
+/// name keeps users apart (the backend refuses a directory another user owns). Limits: tmpfs space
+/// is counted in pages, so each key held or waited for at once takes 4 KiB (Debian's `/run/lock` is
+/// 5 MiB: about 1,200 keys at once); released keys leave nothing behind.
+pub fn default_dir() -> PathBuf {
+    // SAFETY: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let run_lock = Path::new("/run/lock");
+    if writable_dir(run_lock) {
+        return run_lock.join(format!("leasehold-{uid}"));
+    }
+    if let Some(runtime) = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
+        if runtime.is_absolute() && writable_dir(&runtime) {
+            return runtime.join("leasehold");
+        }
+    }
+    std::env::temp_dir().join(format!("leasehold-{uid}"))
+}
+
+fn writable_dir(path: &Path) -> bool {
+    let Ok(c_path) = c_string(path) else {
+        return false;
+    };
+    // SAFETY: `c_path` is NUL-terminated and lives for the call.
+    path.is_dir() && unsafe { libc::access(c_path.as_ptr(), libc::W_OK | libc::X_OK) } == 0
+}

@@ -1,0 +1,411 @@
+//! Shared locks, semaphores, restore and force-release on one Redis server (issues 14 and 15); the
+//! scripts are in `scripts.rs`, the key names in `kind_keys.rs`.
+//!
+//! Shared locks: the lock key holds `#shared` while readers hold it, expiring with the last
+//! share, and the shares are a sorted set of token → expiry on the server's clock (plus each
+//! share's fence, for restore). The exclusive scripts are untouched: to them a shared key is
+//! simply held, with a PTTL a waiter may block for. Both kinds wait in the lock's one FIFO queue
+//! with the same `BLPOP` wake-up, so writer preference is plain arrival order: a writer queued
+//! behind readers makes every later reader queue behind it (Symfony's reader preference starves
+//! writers). A reader granted from the head wakes the next head, so a batch of queued readers
+//! gets in together. Fences come from the lock's own counter, so readers and writers share one
+//! rising sequence.
+//!
+//! Semaphores: their own keys (`ps:`, `pf:`, `pq:`, `ph:`), holders token → expiry on the
+//! server's clock, expired ones dropped by the next script; the same FIFO queue and wake-up, a
+//! head granted with permits still free waking the next head.
+//!
+//! Every operation is one script call on the uncontended path, bounded by one deadline.
+
+use crate::connection::ConnectSettings;
+use crate::keys::RedisKeys;
+use crate::kind_keys::{PermitKeys, SharedKeys};
+use crate::node::{millis, Failure, Node, Via};
+use crate::pause;
+use crate::scripts::{
+    INSPECT_KINDS_SCRIPT, PERMIT_ACQUIRE_SCRIPT, PERMIT_INSPECT_SCRIPT, PERMIT_SETTLE_SCRIPT,
+    SHARED_ACQUIRE_SCRIPT,
+};
+use crate::topology::Topology;
+use leasehold_core::wait::held_elsewhere;
+use leasehold_core::{Deadline, Error, Key, KeyInfo, LeaseKind, RawLease, Result, Token, Ttl};
+use redis::{Connection, RedisResult, Script};
+use std::time::{Duration, Instant};
+
+/// One acquire script's outcome.
+enum Step {
+    Granted(u64),
+    /// Held, with this much left until the holder (or the first permit) expires.
+    Held(Option<Duration>),
+    /// Free, but the queue's head goes first.
+    Reserved,
+}
+
+/// What these operations need of `RedisBackend`. Every call goes through the topology, so on a
+/// Cluster it reaches the master of the lease's slot (a lock's and a semaphore's keys each share
+/// one slot: `kind_keys.rs`), and on Sentinel the master of the moment, following `MOVED`, `ASK`
+/// and failovers like the exclusive calls.
+pub(crate) struct Single<'a> {
+    pub(crate) topology: &'a Topology,
+    pub(crate) settings: &'a ConnectSettings,
+    pub(crate) prefix: &'a str,
+    pub(crate) signal_ttl: Duration,
+    pub(crate) heartbeat: Duration,
+}
+
+/// An acquire script's mode (`try`, `wait` or `last`) and waiter TTL in ms. Shared locks and
+/// semaphores keep the wake-and-race handoff: their waiters take no grant, so unlike
+/// [`crate::node::Mode::Wait`] this has no grant time.
+type ModeArgs = (&'static str, u64);
+
+fn step(name: &str, taken: i64, value: i64) -> Result<Step> {
+    if taken == 1 {
+        return u64::try_from(value)
+            .ok()
+            .filter(|f| *f >= 1)
+            .map(Step::Granted)
+            .ok_or_else(|| Error::Internal(format!("redis {name}: fence counter gave {value}")));
+    }
+    Ok(match value {
+        -3 => Step::Reserved,
+        -1 => Step::Held(None),
+        ms => Step::Held(Some(Duration::from_millis(u64::try_from(ms).unwrap_or(0)))),
+    })
+}
+
+pub(crate) fn lost(key: &Key, kind: LeaseKind) -> Error {
+    Error::Lost(format!(
+        "key \"{key}\" no longer holds this {} lease's token (it expired, or was force-released)",
+        kind.name()
+    ))
+}
+
+/// `ASKING` first when a Cluster slot is being migrated (the `ASK` target serves this one call
+/// only after it). Should the script need loading there, the load uses up the flag and the
+/// script's second send is answered `ASK` again, which the topology follows once more: by then
+/// the script is loaded.
+fn asking(c: &mut Connection, via: Via) -> RedisResult<()> {
+    if via.asking {
+        redis::cmd("ASKING").query::<()>(c)?;
+    }
+    Ok(())
+}
+
+impl Single<'_> {
+    fn call_deadline(&self) -> Deadline {
+        Deadline::for_call(self.settings.connect_timeout, self.settings.io_timeout)
+    }
+
+    /// Runs `f` on a connection to the node serving `keys` (see the struct's docs); `f` gets that
+    /// node too (its name and fence retention).
+    fn call<T>(
+        &self,
+        keys: &RedisKeys,
+        what: &str,
+        deadline: Deadline,
+        mut f: impl FnMut(&Node, &mut Connection) -> RedisResult<T>,
+    ) -> Result<T> {
+        self.topology.run(keys, deadline, |node, via| {
+            node.call_routed(what, deadline, |c| {
+                asking(c, via)?;
+                f(node, c)
+            })
+        })
+    }
+
+    /// One acquire script run for a shared lease or a permit.
+    fn attempt(
+        &self,
+        key: &Key,
+        kind: LeaseKind,
+        token: &Token,
+        ttl: Ttl,
+        mode: ModeArgs,
+        deadline: Deadline,
+    ) -> Result<Step> {
+        match kind {
+            LeaseKind::Shared => {
+                let k = SharedKeys::new(self.prefix, key);
+                let b = &k.base;
+                let keys = [
+                    &b.lock,
+                    &b.fence,
+                    &b.queue,
+                    &b.heartbeats,
+                    &k.shares,
+                    &k.share_fences,
+                ];
+                let script = &SHARED_ACQUIRE_SCRIPT;
+                self.run_acquire(script, b, &keys, None, token, ttl, mode, deadline)
+            }
+            LeaseKind::Permit(permits) => {
+                let k = PermitKeys::new(self.prefix, key);
+                let keys = [&k.holders, &k.fence, &k.queue, &k.heartbeats];
+                let (script, permits) = (&PERMIT_ACQUIRE_SCRIPT, Some(permits.get()));
+                self.run_acquire(script, &k.base, &keys, permits, token, ttl, mode, deadline)
+            }
+            other => Err(Error::Internal(format!(
+                "redis: {} leases go through the lock path",
+                other.name()
+            ))),
+        }
+    }
+
+    /// Runs `script` (`SHARED_ACQUIRE` or `PERMIT_ACQUIRE`) with `keys` on the node serving
+    /// `base`: both scripts take the same arguments after their keys (a semaphore's `permits`
+    /// last), so these are written once, in the scripts' order.
+    #[allow(clippy::too_many_arguments)]
+    fn run_acquire(
+        &self,
+        script: &Script,
+        base: &RedisKeys,
+        keys: &[&Vec<u8>],
+        permits: Option<u32>,
+        token: &Token,
+        ttl: Ttl,
+        (mode, waiter_ttl): ModeArgs,
+        deadline: Deadline,
+    ) -> Result<Step> {
+        let signal_ttl = millis(self.signal_ttl);
+        self.call(base, "acquire", deadline, |node, c| {
+            let mut call = script.prepare_invoke();
+            for key in keys {
+                call.key(*key);
+            }
+            call.arg(token.as_str())
+                .arg(ttl.as_millis())
+                .arg(mode)
+                .arg(waiter_ttl)
+                .arg(&base.signal_prefix)
+                .arg(&base.signal_suffix)
+                .arg(signal_ttl)
+                .arg(millis(node.fence_retention()));
+            if let Some(permits) = permits {
+                call.arg(permits);
+            }
+            let (taken, value): (i64, i64) = call.invoke(c)?;
+            Ok(step(node.name(), taken, value))
+        })?
+    }
+
+    pub(crate) fn try_acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl) -> Result<RawLease> {
+        let token = Token::generate()?;
+        let sent = Instant::now();
+        let mode = ("try", millis(self.heartbeat));
+        match self.attempt(key, kind, &token, ttl, mode, self.call_deadline())? {
+            Step::Granted(fence) => {
+                Ok(RawLease::new(key.clone(), token, fence, ttl, sent).with_kind(kind))
+            }
+            _ => Err(held_elsewhere(key)),
+        }
+    }
+
+    /// The lock's native FIFO wait (see `single.rs`), for a share or a permit: the `BLPOP` runs on
+    /// the node serving the key, where the release that wakes it runs.
+    pub(crate) fn acquire_as(
+        &self,
+        key: &Key,
+        kind: LeaseKind,
+        ttl: Ttl,
+        wait: Duration,
+    ) -> Result<RawLease> {
+        let settings = self.settings;
+        let bound = Deadline::for_acquire(wait, settings.connect_timeout, settings.io_timeout);
+        let deadline = Instant::now()
+            .checked_add(wait)
+            .unwrap_or_else(Instant::now);
+        let token = Token::generate()?;
+        // The lock's and the semaphore's keys each share the slot of this base (`kind_keys.rs`).
+        let base = RedisKeys::new(self.prefix, key);
+        let signal = base.signal(&token);
+        // Shared locks and semaphores keep the wake-and-race handoff: their waiters take no grant.
+        let waiting = ("wait", millis(self.heartbeat.saturating_mul(3)));
+        let mut attempts = 0u32;
+        loop {
+            if attempts > 0 {
+                leasehold_core::stats::note_retry();
+            }
+            attempts = attempts.saturating_add(1);
+            let last = Instant::now() >= deadline;
+            let sent = Instant::now();
+            let mode = if last { ("last", 1) } else { waiting };
+            let calls = bound.min(self.call_deadline());
+            let holder_left = match self.attempt(key, kind, &token, ttl, mode, calls)? {
+                Step::Granted(fence) => {
+                    return Ok(RawLease::new(key.clone(), token, fence, ttl, sent).with_kind(kind))
+                }
+                _ if last => return Err(held_elsewhere(key)),
+                Step::Held(left) => left,
+                Step::Reserved => None,
+            };
+            let Some((block, precise)) =
+                pause::before_next_attempt(deadline, self.heartbeat, holder_left)
+            else {
+                continue;
+            };
+            self.topology.run(&base, bound, |node, _via| {
+                node.wait_signal_routed(&signal, block, precise, bound)
+            })?;
+        }
+    }
+
+    /// Release (`ttl` None) or extend a share or a permit. `false`: not held by the token.
+    fn settle(&self, lease: &RawLease, ttl: Option<Ttl>) -> Result<bool> {
+        let token = lease.token();
+        let ms = ttl.map_or(0, |t| t.as_millis());
+        let signal_ttl = millis(self.signal_ttl);
+        let what = if ttl.is_some() { "extend" } else { "release" };
+        let done: i64 = match lease.kind() {
+            LeaseKind::Shared => {
+                let k = SharedKeys::new(self.prefix, lease.key());
+                self.call(&k.base, what, self.call_deadline(), |_, c| {
+                    k.settle(&token, ms, signal_ttl).invoke(c)
+                })?
+            }
+            LeaseKind::Permit(_) => {
+                let k = PermitKeys::new(self.prefix, lease.key());
+                self.call(&k.base, what, self.call_deadline(), |_, c| {
+                    PERMIT_SETTLE_SCRIPT
+                        .key(&k.holders)
+                        .key(&k.queue)
+                        .key(&k.heartbeats)
+                        .arg(token.as_str())
+                        .arg(ms)
+                        .arg(&k.base.signal_prefix)
+                        .arg(&k.base.signal_suffix)
+                        .arg(signal_ttl)
+                        .invoke(c)
+                })?
+            }
+            other => {
+                return Err(Error::Internal(format!(
+                    "redis: {} leases go through the lock path",
+                    other.name()
+                )))
+            }
+        };
+        Ok(done == 1)
+    }
+
+    pub(crate) fn release(&self, lease: &mut RawLease) -> Result<()> {
+        if self.settle(lease, None)? {
+            Ok(())
+        } else {
+            Err(lost(lease.key(), lease.kind()))
+        }
+    }
+
+    pub(crate) fn extend(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        let sent = Instant::now();
+        if self.settle(lease, Some(ttl))? {
+            lease.renewed(ttl, sent);
+            Ok(())
+        } else {
+            Err(lost(lease.key(), lease.kind()))
+        }
+    }
+
+    pub(crate) fn restore(&self, key: &Key, token: Token) -> Result<RawLease> {
+        let k = SharedKeys::new(self.prefix, key);
+        let sent = Instant::now();
+        let reply = self.call(&k.base, "restore", self.call_deadline(), |node, c| {
+            k.restore(&token, millis(node.fence_retention())).invoke(c)
+        })?;
+        restored(key, token, reply, sent)
+    }
+
+    pub(crate) fn force_release(&self, key: &Key) -> Result<bool> {
+        let k = SharedKeys::new(self.prefix, key);
+        let signal_ttl = millis(self.signal_ttl);
+        let held: i64 = self.call(&k.base, "force_release", self.call_deadline(), |_, c| {
+            k.force_release(signal_ttl).invoke(c)
+        })?;
+        Ok(held == 1)
+    }
+
+    /// A lock's holders (exclusive or shared) or a semaphore's, on the node serving the key.
+    pub(crate) fn inspect_as(&self, key: &Key, kind: LeaseKind) -> Result<KeyInfo> {
+        let deadline = self.call_deadline();
+        let base = RedisKeys::new(self.prefix, key);
+        self.topology.run(&base, deadline, |node, via| {
+            inspect_routed(node, via, self.prefix, key, kind, deadline)
+        })
+    }
+}
+
+/// A restore script's reply `(how, fence, ms left)` as a lease: `how` 1 exclusive, 2 shared, 0 not
+/// held.
+pub(crate) fn restored(
+    key: &Key,
+    token: Token,
+    (how, fence, left): (i64, i64, i64),
+    sent: Instant,
+) -> Result<RawLease> {
+    let kind = match how {
+        1 => LeaseKind::Exclusive,
+        2 => LeaseKind::Shared,
+        _ => {
+            return Err(Error::Lost(format!(
+                "key \"{key}\" is not held by that token (it expired, was released, or never was)"
+            )))
+        }
+    };
+    let fence = u64::try_from(fence)
+        .ok()
+        .filter(|f| *f >= 1)
+        .ok_or_else(|| Error::Internal(format!("redis: restore read fence {fence}")))?;
+    let left = Duration::from_millis(u64::try_from(left).unwrap_or(0));
+    Ok(RawLease::restored(key.clone(), token, fence, left, sent).with_kind(kind))
+}
+
+/// One node's view of a lock (with its holders) or a semaphore (Redlock asks each node).
+pub(crate) fn inspect_on(
+    node: &Node,
+    prefix: &str,
+    key: &Key,
+    kind: LeaseKind,
+    deadline: Deadline,
+) -> Result<KeyInfo> {
+    inspect_routed(node, Via::default(), prefix, key, kind, deadline).map_err(Failure::into_error)
+}
+
+/// [`inspect_on`], keeping what routing needs to know about a failure.
+fn inspect_routed(
+    node: &Node,
+    via: Via,
+    prefix: &str,
+    key: &Key,
+    kind: LeaseKind,
+    deadline: Deadline,
+) -> std::result::Result<KeyInfo, Failure> {
+    let to_ms = |v: i64| u64::try_from(v).ok().map(Duration::from_millis);
+    if let LeaseKind::Permit(_) = kind {
+        let k = PermitKeys::new(prefix, key);
+        let (n, left, fence): (i64, i64, i64) = node.call_routed("inspect", deadline, |c| {
+            asking(c, via)?;
+            PERMIT_INSPECT_SCRIPT
+                .key(&k.holders)
+                .key(&k.fence)
+                .invoke(c)
+        })?;
+        let holders = u32::try_from(n).unwrap_or(0);
+        return Ok(
+            KeyInfo::new(holders > 0, to_ms(left), u64::try_from(fence).ok())
+                .with_holders(holders, false),
+        );
+    }
+    let k = SharedKeys::new(prefix, key);
+    let (pttl, fence, _waiters, n, shared): (i64, i64, i64, i64, i64) =
+        node.call_routed("inspect", deadline, |c| {
+            asking(c, via)?;
+            INSPECT_KINDS_SCRIPT
+                .key(&k.base.lock)
+                .key(&k.base.fence)
+                .key(&k.base.queue)
+                .key(&k.shares)
+                .invoke(c)
+        })?;
+    let held = pttl >= 0 || pttl == -1;
+    Ok(KeyInfo::new(held, to_ms(pttl), u64::try_from(fence).ok())
+        .with_holders(u32::try_from(n).unwrap_or(0), shared == 1))
+}

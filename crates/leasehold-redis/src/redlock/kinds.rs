@@ -1,0 +1,248 @@
+//! Redlock's per-node calls for every kind of lease: each node grants in its own right (the
+//! scripts are in `scripts.rs`), and `round.rs` counts a quorum of grants.
+//!
+//! Shared: a node admits a reader while it has no exclusive holder and no live exclusive waiter
+//! ranked in its Redlock queue (writer preference, as on one node). A quorum of nodes each
+//! admitting the reader makes the share; an exclusive lease needs a quorum of nodes with neither
+//! holder nor shares, and two majorities always share a node, so a writer and a reader never
+//! both hold a quorum.
+//!
+//! Permits: counting is NOT enough. If each node admitted up to `permits` holders and a lease
+//! needed a majority of nodes, more than `permits` leases could hold a majority each: with 3
+//! nodes and 2 permits, leases A, B, C on nodes {1,2}, {2,3}, {1,3} leave every node with 2
+//! holders, yet 3 leases hold. (In general counting bounds the total only while the quorum
+//! exceeds `N × permits / (permits + 1)` nodes, i.e. for one permit with a majority.) So a
+//! semaphore of `permits` is `permits` numbered slots, each a mutex of its own: a lease is a
+//! quorum of nodes granting it the SAME slot, and since two majorities share a node, no slot is
+//! held by two leases at once, so at most `permits` hold. A node grants its lowest free slot
+//! (nodes in step agree on it, so one round suffices); when the nodes split between slots, the
+//! round gives back its grants and one more round asks every node for the highest slot offered
+//! (the lower ones are known taken on the node that offered it). Redlock's own condition still
+//! applies: the bound holds while a majority of nodes keeps its data (a node restarted empty
+//! forgets the slots it held, as it forgets a lock).
+//!
+//! Fences: a per-key counter per kind (the lock's, shared by readers and writers; the
+//! semaphore's own), with `fence.rs`'s design: the highest granted value, written back to
+//! lagging nodes (for a share, also into the share's own record, so any quorum can restore it).
+
+use crate::kind_keys::{PermitKeys, SharedKeys};
+use crate::node::{millis, Node};
+use crate::redlock::node::FENCE_GRANULE_MICROS;
+use crate::redlock::node::{self, Answer, Queueing, RedlockKeys};
+use crate::scripts::{
+    RAISE_FENCE_SCRIPT, RAISE_SHARE_FENCE_SCRIPT, REDLOCK_PERMIT_ACQUIRE_SCRIPT,
+    REDLOCK_PERMIT_SETTLE_SCRIPT, REDLOCK_SHARED_ACQUIRE_SCRIPT,
+};
+use leasehold_core::{Deadline, Error, Key, LeaseKind, Permits, Result, Token, Ttl};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What one Redlock round asks of each node.
+#[derive(Debug, Clone)]
+pub(crate) enum NodeOp {
+    Lock,
+    Shared(Arc<SharedKeys>),
+    Permit {
+        keys: Arc<PermitKeys>,
+        permits: Permits,
+        /// The slot to ask for (after a split round), or the node's lowest free one.
+        hint: Option<u32>,
+    },
+}
+
+impl NodeOp {
+    pub(crate) fn new(prefix: &str, key: &Key, kind: LeaseKind) -> NodeOp {
+        match kind {
+            LeaseKind::Shared => NodeOp::Shared(Arc::new(SharedKeys::new(prefix, key))),
+            LeaseKind::Permit(permits) => NodeOp::Permit {
+                keys: Arc::new(PermitKeys::new(prefix, key)),
+                permits,
+                hint: None,
+            },
+            _ => NodeOp::Lock,
+        }
+    }
+
+    pub(crate) fn kind(&self) -> LeaseKind {
+        match self {
+            NodeOp::Lock => LeaseKind::Exclusive,
+            NodeOp::Shared(_) => LeaseKind::Shared,
+            NodeOp::Permit { permits, .. } => LeaseKind::Permit(*permits),
+        }
+    }
+
+    pub(crate) fn with_hint(&self, slot: u32) -> NodeOp {
+        match self {
+            NodeOp::Permit { keys, permits, .. } => NodeOp::Permit {
+                keys: keys.clone(),
+                permits: *permits,
+                hint: Some(slot),
+            },
+            other => other.clone(),
+        }
+    }
+}
+
+fn fence_of(node: &Node, value: i64) -> Result<u64> {
+    u64::try_from(value)
+        .ok()
+        .filter(|f| *f >= 1)
+        .ok_or_else(|| {
+            Error::Internal(format!("redis {}: fence counter gave {value}", node.name()))
+        })
+}
+
+/// One node's acquire. Permits answer [`Answer::Slot`]; the others as `node::acquire`.
+pub(crate) fn acquire(
+    node: &Node,
+    keys: &RedlockKeys,
+    op: &NodeOp,
+    token: &Token,
+    ttl: Ttl,
+    queueing: Queueing,
+    deadline: Deadline,
+) -> Result<Answer> {
+    let retention = millis(node.fence_retention());
+    match op {
+        NodeOp::Lock => node::acquire(node, keys, token, ttl, queueing, deadline),
+        NodeOp::Shared(k) => {
+            let (taken, value): (i64, i64) = node.call("acquire", deadline, |c| {
+                REDLOCK_SHARED_ACQUIRE_SCRIPT
+                    .key(&k.base.lock)
+                    .key(&k.base.fence)
+                    .key(&keys.queue)
+                    .key(&keys.heartbeats)
+                    .key(&k.shares)
+                    .key(&k.share_fences)
+                    .arg(token.as_str())
+                    .arg(ttl.as_millis())
+                    .arg(FENCE_GRANULE_MICROS)
+                    .arg(retention)
+                    .invoke(c)
+            })?;
+            if taken == 1 {
+                return fence_of(node, value).map(Answer::Granted);
+            }
+            Ok(Answer::Held { rank: None })
+        }
+        NodeOp::Permit {
+            keys: k,
+            permits,
+            hint,
+        } => {
+            let hint = hint.map_or(-1, i64::from);
+            let (taken, value, slot): (i64, i64, i64) = node.call("acquire", deadline, |c| {
+                REDLOCK_PERMIT_ACQUIRE_SCRIPT
+                    .key(&k.slots)
+                    .key(&k.slot_of)
+                    .key(&k.holders)
+                    .key(&k.fence)
+                    .arg(token.as_str())
+                    .arg(ttl.as_millis())
+                    .arg(permits.get())
+                    .arg(hint)
+                    .arg(FENCE_GRANULE_MICROS)
+                    .arg(retention)
+                    .invoke(c)
+            })?;
+            if taken == 1 {
+                let fence = fence_of(node, value)?;
+                let slot = u32::try_from(slot).map_err(|_| {
+                    Error::Internal(format!("redis {}: permit slot {slot}", node.name()))
+                })?;
+                return Ok(Answer::Slot { fence, slot });
+            }
+            Ok(Answer::Held { rank: None })
+        }
+    }
+}
+
+/// One node's release (`ttl` None) or extend. `true`: the node held our token (unexpired).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn settle(
+    node: &Node,
+    keys: &RedlockKeys,
+    op: &NodeOp,
+    token: &Token,
+    ttl: Option<Ttl>,
+    leave: bool,
+    signal_ttl: Duration,
+    deadline: Deadline,
+) -> Result<bool> {
+    let ms = ttl.map_or(0, |t| t.as_millis());
+    let what = if ttl.is_some() { "extend" } else { "release" };
+    let done: i64 = match (op, ttl) {
+        (NodeOp::Lock, None) => {
+            return node::release(node, keys, token, leave, deadline);
+        }
+        (NodeOp::Lock, Some(ttl)) => {
+            return node.extend(&keys.base, token, ttl, signal_ttl, deadline);
+        }
+        (NodeOp::Shared(k), _) => node.call(what, deadline, |c| {
+            k.settle(token, ms, millis(signal_ttl)).invoke(c)
+        })?,
+        (NodeOp::Permit { keys: k, .. }, _) => node.call(what, deadline, |c| {
+            REDLOCK_PERMIT_SETTLE_SCRIPT
+                .key(&k.slots)
+                .key(&k.slot_of)
+                .key(&k.holders)
+                .arg(token.as_str())
+                .arg(ms)
+                .invoke(c)
+        })?,
+    };
+    Ok(done == 1)
+}
+
+/// Raises one node's counter (and a share's record) to at least `fence`; returns the counter.
+pub(crate) fn raise(
+    node: &Node,
+    keys: &RedlockKeys,
+    op: &NodeOp,
+    token: &Token,
+    fence: u64,
+    deadline: Deadline,
+) -> Result<u64> {
+    let retention = millis(node.fence_retention());
+    let now: i64 = match op {
+        NodeOp::Lock => return node.raise_fence(&keys.base, fence, deadline),
+        NodeOp::Shared(k) => node.call("fence", deadline, |c| {
+            RAISE_SHARE_FENCE_SCRIPT
+                .key(&k.base.fence)
+                .key(&k.share_fences)
+                .arg(fence)
+                .arg(retention)
+                .arg(token.as_str())
+                .invoke(c)
+        })?,
+        NodeOp::Permit { keys: k, .. } => node.call("fence", deadline, |c| {
+            RAISE_FENCE_SCRIPT
+                .key(&k.fence)
+                .arg(fence)
+                .arg(retention)
+                .invoke(c)
+        })?,
+    };
+    fence_of(node, now)
+}
+
+/// One node's restore answer: `(how, fence, ms left)` as `kinds::restored` reads it.
+pub(crate) fn restore(
+    node: &Node,
+    keys: &SharedKeys,
+    token: &Token,
+    deadline: Deadline,
+) -> Result<(i64, i64, i64)> {
+    let retention = millis(node.fence_retention());
+    node.call("restore", deadline, |c| {
+        keys.restore(token, retention).invoke(c)
+    })
+}
+
+/// Deletes the lock and its shares on one node (Redlock's waiters poll: nothing to wake).
+pub(crate) fn force_release(node: &Node, keys: &SharedKeys, deadline: Deadline) -> Result<bool> {
+    let held: i64 = node.call("force_release", deadline, |c| {
+        keys.force_release(1).invoke(c)
+    })?;
+    Ok(held == 1)
+}

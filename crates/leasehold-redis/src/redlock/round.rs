@@ -1,0 +1,340 @@
+//! One acquire round over every node, and the give-backs and quorum decisions around it.
+
+use super::fanout::{Replies, Timing};
+use super::fence::{plan, FencePlan};
+use super::kinds::{self, NodeOp};
+use super::node::{self, Answer, Queueing, RedlockKeys};
+use super::tally::{Taint, Tally};
+use super::{RedlockBackend, ANSWER_SLACK};
+use crate::node::Node;
+use leasehold_core::wait::held_elsewhere;
+use leasehold_core::{Deadline, Error, Key, RawLease, Result, Token, Ttl};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// How one acquire round ended.
+pub(super) enum Round {
+    Granted(RawLease),
+    /// Refused for now (other owners, or the validity ran out): worth another round. With how many
+    /// waiters are ahead of us, when the nodes said, and (permits) the slot to ask for next.
+    Refused(Option<u64>, String, Option<u32>),
+    /// Too few nodes answered for any quorum.
+    Down(Error),
+}
+
+impl RedlockBackend {
+    /// One acquire round on every node with `token`, asking each for what `op` says.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn round(
+        &self,
+        key: &Key,
+        keys: &Arc<RedlockKeys>,
+        op: &NodeOp,
+        token: Token,
+        ttl: Ttl,
+        queueing: Queueing,
+        bound: Deadline,
+        tainted: &Taint,
+    ) -> Round {
+        let start = Instant::now();
+        let calls = self.calls_by(bound);
+        let n = self.fanout.len();
+        // Which nodes granted, as the nodes' own workers saw it, even after we stopped listening.
+        let took_at: Arc<Vec<AtomicBool>> =
+            Arc::new((0..n).map(|_| AtomicBool::new(false)).collect());
+        let mut replies = {
+            let (keys, took_at, op) = (keys.clone(), took_at.clone(), op.clone());
+            let affinity = keys.base.lock.clone();
+            // Every node gets the acquire even when a quorum answers first: a lease held on a bare
+            // majority would be lost to a single node restarting empty. Calls still unsent when the
+            // round's deadline passes are dropped, which bounds the work a slow node can pile up.
+            let timing = Timing {
+                only_while_heard: false,
+                ..self.answer_timing(calls)
+            };
+            let mark = move |i: usize, answer: &Result<Answer>| {
+                if let (Ok(Answer::Granted(_) | Answer::Slot { .. }), Some(took)) =
+                    (answer, took_at.get(i))
+                {
+                    took.store(true, Ordering::Release);
+                }
+            };
+            let lock = matches!(op, NodeOp::Lock);
+            let (call_keys, call_mark) = (keys.clone(), mark.clone());
+            let call = move |i: usize, node: &Node| {
+                let answer = kinds::acquire(node, &call_keys, &op, &token, ttl, queueing, calls);
+                call_mark(i, &answer);
+                answer
+            };
+            let all: Vec<usize> = (0..n).collect();
+            if lock {
+                // The plain lock's script is pipelined from this thread where it can be.
+                self.fanout.call_pipelined(
+                    &all,
+                    &affinity,
+                    timing,
+                    "acquire",
+                    calls,
+                    |_, node| node::acquire_request(node, &keys, &token, ttl, queueing),
+                    |i, node, value| {
+                        let answer = node::acquire_reply(node, value);
+                        mark(i, &answer);
+                        answer
+                    },
+                    call,
+                )
+            } else {
+                self.fanout.call(&all, &affinity, timing, call)
+            }
+        };
+        let mut tally = Tally::new(n, self.quorum);
+        let mut granted: Vec<(usize, u64)> = Vec::with_capacity(n);
+        // Permits: the grants by slot (see `kinds.rs`); a lease is a quorum of one slot.
+        let mut slots: Vec<(u32, Vec<(usize, u64)>)> = Vec::new();
+        let mut ranks: Vec<u64> = Vec::new();
+        let mut untrusted: Vec<usize> = Vec::new();
+        while let Some((i, r)) = tally.hear(&mut replies, "acquire") {
+            match r {
+                // A node where an earlier round's give-back of this token may still arrive (it
+                // timed out, or was never waited for) could undo this grant behind our back: it
+                // is given back with the others, but never counted.
+                Ok(Answer::Granted(_)) if tainted.is(i) => {
+                    tally.no += 1;
+                    untrusted.push(i);
+                }
+                Ok(Answer::Granted(fence)) => {
+                    tally.yes += 1;
+                    granted.push((i, fence));
+                }
+                Ok(Answer::Slot { fence, slot }) => {
+                    match slots.iter_mut().find(|(s, _)| *s == slot) {
+                        Some((_, g)) => g.push((i, fence)),
+                        None => slots.push((slot, vec![(i, fence)])),
+                    }
+                    tally.yes = slots.iter().map(|(_, g)| g.len()).max().unwrap_or(0);
+                }
+                Ok(Answer::Held { rank }) => {
+                    tally.no += 1;
+                    ranks.extend(rank);
+                }
+                Err(e) => tally.failed.push(e),
+            }
+        }
+        // Permits: the slot most nodes granted makes the lease (if they are a quorum); grants of
+        // other slots are given back.
+        let mut mismatched: Vec<usize> = Vec::new();
+        let mut best_slot = None;
+        if !slots.is_empty() {
+            // For the next round: a node offers its lowest free slot, so every lower slot is
+            // taken there; the highest slot offered is the only one no answering node is known
+            // to have taken.
+            best_slot = slots.iter().map(|(s, _)| *s).max();
+            slots.sort_by_key(|(s, g)| (std::cmp::Reverse(g.len()), *s));
+            let (_, group) = slots.remove(0);
+            granted = group;
+            mismatched = slots
+                .iter()
+                .flat_map(|(_, g)| g.iter().map(|&(i, _)| i))
+                .collect();
+        }
+        // The deadline of a lease granted now: where `ttl − elapsed − drift` reaches zero.
+        let valid_until = start
+            .checked_add(ttl.as_duration().saturating_sub(ttl.drift()))
+            .unwrap_or(start);
+        // Where our grants would lapse on the nodes anyway: a give-back is worth sending until then.
+        let expires = start.checked_add(ttl.as_duration()).unwrap_or(start);
+        let give_back = |which: &[usize], only_took, taint| {
+            self.release_on(
+                which, keys, op, token, expires, false, only_took, calls, taint,
+            )
+        };
+        let mut fence_failed = None;
+        if tally.yes >= self.quorum && Instant::now() < valid_until {
+            match self.settle_fence(keys, op, token, &granted, calls) {
+                Ok(fence) if Instant::now() < valid_until => {
+                    let mut lease =
+                        RawLease::new(key.clone(), token, fence, ttl, start).with_kind(op.kind());
+                    lease.set_deadline(valid_until);
+                    mismatched.extend(untrusted);
+                    give_back(&mismatched, None, None);
+                    return Round::Granted(lease);
+                }
+                Ok(_) => {}
+                Err(e) => fence_failed = Some(e),
+            }
+        }
+        // Failed: give back what we took, waiting so that the next round (ours or another owner's)
+        // finds it free; and what we may yet take where no answer came, without waiting for nodes
+        // that may be down (the release reaches each after our acquire, see `fanout.rs`). Keeping
+        // our places in the nodes' queues: the next round is ours too.
+        drop(replies);
+        let mut took: Vec<usize> = granted.iter().map(|&(i, _)| i).collect();
+        took.extend(mismatched);
+        took.extend(untrusted);
+        let unheard: Vec<usize> = (0..n).filter(|&i| !tally.answered(i)).collect();
+        give_back(&unheard, Some(took_at), Some(tainted.clone()));
+        give_back(&took, None, Some(tainted.clone()));
+        if tally.down() {
+            return Round::Down(tally.unavailable("acquire"));
+        }
+        if let Some(e) = fence_failed {
+            return Round::Refused(None, e.message().to_owned(), None);
+        }
+        if tally.yes >= self.quorum {
+            return Round::Refused(None, format!(
+                "key \"{key}\": a quorum granted it, but a TTL of {} ms left no validity after {} ms",
+                ttl.as_millis(),
+                start.elapsed().as_millis()
+            ), None);
+        }
+        // The nodes' queues may disagree a little: go by the middle one.
+        ranks.sort_unstable();
+        let rank = ranks.get(ranks.len() / 2).copied();
+        Round::Refused(rank, held_elsewhere(key).message().to_owned(), best_slot)
+    }
+
+    /// Makes sure a quorum of nodes knows the fence about to be handed out (see `fence.rs`).
+    pub(super) fn settle_fence(
+        &self,
+        keys: &Arc<RedlockKeys>,
+        op: &NodeOp,
+        token: Token,
+        granted: &[(usize, u64)],
+        calls: Deadline,
+    ) -> Result<u64> {
+        let (fence, lagging, needed) = match plan(granted, self.quorum) {
+            FencePlan::Ready(fence) => return Ok(fence),
+            FencePlan::Raise {
+                fence,
+                lagging,
+                needed,
+            } => (fence, lagging, needed),
+        };
+        let mut replies = {
+            let (keys, op) = (keys.clone(), op.clone());
+            let affinity = keys.base.lock.clone();
+            self.fanout.call(
+                &lagging,
+                &affinity,
+                self.answer_timing(calls),
+                move |_, node| kinds::raise(node, &keys, &op, &token, fence, calls),
+            )
+        };
+        let mut raised = 0;
+        let mut reasons = Vec::new();
+        while raised < needed {
+            match replies.next() {
+                Some((_, Ok(now))) if now >= fence => raised += 1,
+                Some((_, Ok(_))) => {}
+                Some((_, Err(e))) => reasons.push(e.message().to_owned()),
+                None => break,
+            }
+        }
+        if raised >= needed {
+            Ok(fence)
+        } else {
+            Err(Error::Unavailable(format!(
+                "redlock: fence {fence} reached too few nodes: {}",
+                reasons.join("; ")
+            )))
+        }
+    }
+
+    /// Compare-and-delete on `which`, in parallel, waiting (within the timeouts) for the answers.
+    /// With `only_took`, the nodes we stopped listening to: without waiting, and only where the
+    /// acquire before it (queued ahead on the same worker) turned out to be granted, so a node that
+    /// is down is not sent a release per round. The caller listens until `calls` (plus slack) at
+    /// most; a release that runs later, behind a slow call, gets a node call's bound of its own.
+    /// With `taint`, each node whose give-back fails or times out is marked there (a failed
+    /// round's give-back: that request may still reach the node later, after a later round's
+    /// grant of the same token there).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn release_on(
+        &self,
+        which: &[usize],
+        keys: &Arc<RedlockKeys>,
+        op: &NodeOp,
+        token: Token,
+        expires: Instant,
+        leave: bool,
+        only_took: Option<Arc<Vec<AtomicBool>>>,
+        calls: Deadline,
+        taint: Option<Taint>,
+    ) {
+        if which.is_empty() {
+            return;
+        }
+        let timing = self.release_timing(expires, calls);
+        let (connect, io) = (self.connect_timeout, self.io_timeout);
+        let affinity = keys.base.lock.clone();
+        let keys = keys.clone();
+        let op = op.clone();
+        let signal_ttl = self.signal_ttl;
+        let wait = only_took.is_none();
+        let mut replies = self.fanout.call(which, &affinity, timing, move |i, node| {
+            let took = only_took.as_ref().map_or(true, |t| {
+                t.get(i).is_some_and(|t| t.load(Ordering::Acquire))
+            });
+            if !took {
+                return Ok(false);
+            }
+            let deadline = if calls.is_past() {
+                Deadline::for_call(connect, io)
+            } else {
+                calls
+            };
+            let outcome =
+                kinds::settle(node, &keys, &op, &token, None, leave, signal_ttl, deadline);
+            if outcome.is_err() {
+                if let Some(t) = &taint {
+                    t.mark(i);
+                }
+            }
+            outcome
+        });
+        while wait && replies.next().is_some() {}
+    }
+
+    /// Runs a compare-and-something on every node and decides it by quorum: `Ok` once a quorum
+    /// said yes, `Lost` once too few could still say yes, `Unavailable` when failures leave it
+    /// undecided.
+    pub(super) fn by_quorum(
+        &self,
+        what: &str,
+        key: &Key,
+        mut replies: Replies<bool>,
+    ) -> Result<()> {
+        let n = self.fanout.len();
+        let mut tally = Tally::new(n, self.quorum);
+        while let Some((_, r)) = tally.hear(&mut replies, what) {
+            match r {
+                Ok(true) => tally.yes += 1,
+                Ok(false) => tally.no += 1,
+                Err(e) => tally.failed.push(e),
+            }
+        }
+        if tally.yes >= self.quorum {
+            return Ok(());
+        }
+        if tally.no > n - self.quorum {
+            return Err(lost(key));
+        }
+        Err(tally.unavailable(what))
+    }
+}
+
+/// How long a caller listens for answers to node calls due by `calls`.
+pub(super) fn listen_until(calls: Deadline) -> Instant {
+    calls
+        .instant()
+        .checked_add(ANSWER_SLACK)
+        .unwrap_or(calls.instant())
+}
+
+pub(super) fn lost(key: &Key) -> Error {
+    Error::Lost(format!(
+        "key \"{key}\": fewer than a quorum of nodes still hold this lease's token (it expired, or \
+         another owner took it)"
+    ))
+}

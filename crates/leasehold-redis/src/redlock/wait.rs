@@ -1,0 +1,158 @@
+//! How a Redlock waiter paces its rounds (the waiting design is in `mod.rs`): how often it
+//! polls, by its rank in the nodes' queues or else by how long it has waited, and the courtesy
+//! pause of a process that has just released a key its own waiters found contended.
+
+use crate::redlock::node::RedlockKeys;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// A waiter's poll interval starts here, and shrinks in proportion to its wait once it has waited
+/// this long…
+const FIRST_POLL: Duration = Duration::from_millis(8);
+/// …down to this.
+const FASTEST_POLL: Duration = Duration::from_micros(200);
+
+/// A waiter this many places from the front of the queue polls this much less often.
+const RANK_STEP: Duration = Duration::from_millis(2);
+/// A waiter's place in a node's queue lapses this long after its last round: long enough for a
+/// waiter on a loaded machine to keep its place between rounds (at most [`FIRST_POLL`] apart),
+/// short enough that a crashed waiter does not stay at the front for long (it delays the others,
+/// never blocks them: the queue only ranks).
+pub(crate) const WAITER_TTL: Duration = Duration::from_secs(2);
+
+/// A process that released a key its own waiters found contended waits this long before its own
+/// next try for that key, so that waiters who have been polling get the first go.
+const COURTESY: Duration = Duration::from_millis(4);
+/// A key counts as contended this long after a waiter last found it held.
+const CONTENDED_FOR: Duration = Duration::from_secs(1);
+/// The contention memory is pruned past this many keys.
+const CONTENDED_KEYS: usize = 4096;
+
+/// Keys this process's waiters recently found held, and when this process last released each.
+#[derive(Debug, Default)]
+pub(crate) struct RecentContention {
+    keys: Mutex<HashMap<Vec<u8>, Contention>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Contention {
+    seen: Instant,
+    released: Option<Instant>,
+}
+
+impl RecentContention {
+    /// A waiter of this process found `keys` held.
+    pub(crate) fn note_contended(&self, keys: &RedlockKeys) {
+        let now = Instant::now();
+        let mut map = self
+            .keys
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if map.len() >= CONTENDED_KEYS {
+            map.retain(|_, c| now.saturating_duration_since(c.seen) < CONTENDED_FOR);
+            if map.len() >= CONTENDED_KEYS {
+                map.clear();
+            }
+        }
+        map.entry(keys.base.lock.clone())
+            .and_modify(|c| c.seen = now)
+            .or_insert(Contention {
+                seen: now,
+                released: None,
+            });
+    }
+
+    /// This process released `keys`.
+    pub(crate) fn note_released(&self, keys: &RedlockKeys) {
+        let mut map = self
+            .keys
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(c) = map.get_mut(&keys.base.lock) {
+            c.released = Some(Instant::now());
+        }
+    }
+
+    /// How long to hold back before the first try for a key this backend has just released while
+    /// others were waiting for it.
+    pub(crate) fn courtesy(&self, keys: &RedlockKeys) -> Duration {
+        let map = self
+            .keys
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let Some(c) = map.get(&keys.base.lock) else {
+            return Duration::ZERO;
+        };
+        let now = Instant::now();
+        match c.released {
+            Some(at) if now.saturating_duration_since(c.seen) < CONTENDED_FOR => {
+                COURTESY.saturating_sub(now.saturating_duration_since(at))
+            }
+            _ => Duration::ZERO,
+        }
+    }
+}
+
+/// The pause before the next round of a waiter with `rank` live waiters ahead of it (as the nodes'
+/// queues say) that has waited `waited`: the front of the queue polls every [`FASTEST_POLL`], the
+/// others [`RANK_STEP`] per waiter ahead, up to [`FIRST_POLL`], so the front usually wins the next
+/// handoff. Without a rank (every node that answered granted, or none queued us), by age:
+/// [`FIRST_POLL`] shrinking in proportion to the time waited (`FIRST_POLL² / waited`). Drawn from
+/// `[half, full]` so waiters that started together drift apart.
+pub(crate) fn poll_delay(rank: Option<u64>, waited: Duration, rng: &mut fastrand::Rng) -> Duration {
+    let as_micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+    let (first, fastest) = (as_micros(FIRST_POLL), as_micros(FASTEST_POLL));
+    let micros = match rank {
+        Some(0) => fastest,
+        Some(ahead) => as_micros(RANK_STEP).saturating_mul(ahead).min(first),
+        None => (first.saturating_mul(first) / as_micros(waited).max(first)).max(fastest),
+    };
+    let half = micros / 2;
+    Duration::from_micros(half.saturating_add(rng.u64(..=half)))
+}
+
+/// The jitter's generator (no cryptographic quality needed), seeded per call from fastrand's
+/// thread-local one.
+pub(crate) fn seed() -> fastrand::Rng {
+    fastrand::Rng::new()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn polling_follows_the_queue_and_stays_jittered() {
+        let mut rng = fastrand::Rng::with_seed(0x1234_5678_9abc_def1);
+        for _ in 0..100 {
+            let front = poll_delay(Some(0), Duration::ZERO, &mut rng);
+            assert!(
+                front >= FASTEST_POLL / 2 && front <= FASTEST_POLL,
+                "{front:?}"
+            );
+            let second = poll_delay(Some(1), Duration::from_secs(10), &mut rng);
+            assert!(second >= RANK_STEP / 2 && second <= RANK_STEP, "{second:?}");
+            let back = poll_delay(Some(100), Duration::ZERO, &mut rng);
+            assert!(back >= FIRST_POLL / 2 && back <= FIRST_POLL, "{back:?}");
+            let new = poll_delay(None, Duration::ZERO, &mut rng);
+            assert!(new >= FIRST_POLL / 2 && new <= FIRST_POLL, "{new:?}");
+            let old = poll_delay(None, Duration::from_secs(10), &mut rng);
+            assert!(old >= FASTEST_POLL / 2 && old <= FASTEST_POLL, "{old:?}");
+        }
+        assert!(poll_delay(None, Duration::MAX, &mut rng) <= FASTEST_POLL);
+        assert!(poll_delay(Some(u64::MAX), Duration::MAX, &mut rng) <= FIRST_POLL);
+    }
+
+    #[test]
+    fn courtesy_only_after_releasing_a_contended_key() {
+        let recent = RecentContention::default();
+        let keys = RedlockKeys::new("p:", &leasehold_core::Key::new(b"k").unwrap());
+        recent.note_released(&keys);
+        assert_eq!(recent.courtesy(&keys), Duration::ZERO, "never contended");
+        recent.note_contended(&keys);
+        recent.note_released(&keys);
+        let pause = recent.courtesy(&keys);
+        assert!(pause > Duration::ZERO && pause <= COURTESY, "{pause:?}");
+    }
+}

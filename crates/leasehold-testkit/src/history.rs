@@ -1,0 +1,259 @@
+//! A thread-safe record of every operation a torture run makes: when it was invoked, when it
+//! completed and how. Plain data (strings, numbers, durations since the history's start), so the
+//! checker knows nothing of Leasehold and a test can write a history by hand.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Index of an operation in its history.
+pub type OpId = usize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum OpKind {
+    Acquire,
+    Release,
+    Extend,
+    /// A write to the protected store, carrying the writer's fence.
+    Write,
+}
+
+/// How an operation ended: ok, one of the definite failures, or unknown (the call gave up without
+/// learning whether it took effect — a timeout, a reset, `Unavailable`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// Invoked, not completed yet (or never: a hang).
+    Pending,
+    Ok,
+    /// An acquire refused because the key is held.
+    NotAcquired,
+    /// A release or extend told the lease was not ours any more.
+    Lost,
+    /// A write the store refused (its fence was stale).
+    Rejected,
+    /// Another definite failure (for example `InvalidArgument`).
+    Failed,
+    Unknown,
+}
+
+impl Outcome {
+    pub fn is_fail(self) -> bool {
+        matches!(
+            self,
+            Outcome::NotAcquired | Outcome::Lost | Outcome::Rejected | Outcome::Failed
+        )
+    }
+}
+
+/// One operation. Times are offsets from the history's start on the monotonic clock.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Op {
+    pub worker: usize,
+    pub key: String,
+    pub kind: OpKind,
+    /// Acquire and extend: the TTL asked for.
+    pub ttl: Duration,
+    /// Acquire: how long it may wait for the key.
+    pub wait: Duration,
+    /// The longest the call may take by the contract; `None` for writes to the test's own store.
+    pub bound: Option<Duration>,
+    /// Release, extend and write: the acquire this operation belongs to.
+    pub lease: Option<OpId>,
+    /// Acquire: the fence returned. Write: the fence presented.
+    pub fence: Option<u64>,
+    pub invoke: Duration,
+    pub complete: Option<Duration>,
+    pub outcome: Outcome,
+}
+
+impl Op {
+    /// A pending operation invoked at `invoke`, for building histories by hand.
+    pub fn new(worker: usize, key: &str, kind: OpKind, invoke: Duration) -> Op {
+        Op {
+            worker,
+            key: key.to_owned(),
+            kind,
+            ttl: Duration::ZERO,
+            wait: Duration::ZERO,
+            bound: None,
+            lease: None,
+            fence: None,
+            invoke,
+            complete: None,
+            outcome: Outcome::Pending,
+        }
+    }
+
+    pub fn acquire(worker: usize, key: &str, ttl: Duration, wait: Duration, bound: Duration) -> Op {
+        Op {
+            ttl,
+            wait,
+            bound: Some(bound),
+            ..Op::new(worker, key, OpKind::Acquire, Duration::ZERO)
+        }
+    }
+
+    pub fn release(worker: usize, key: &str, lease: OpId, bound: Duration) -> Op {
+        Op {
+            bound: Some(bound),
+            lease: Some(lease),
+            ..Op::new(worker, key, OpKind::Release, Duration::ZERO)
+        }
+    }
+
+    pub fn extend(worker: usize, key: &str, lease: OpId, ttl: Duration, bound: Duration) -> Op {
+        Op {
+            ttl,
+            bound: Some(bound),
+            lease: Some(lease),
+            ..Op::new(worker, key, OpKind::Extend, Duration::ZERO)
+        }
+    }
+
+    pub fn write(worker: usize, key: &str, lease: Option<OpId>, fence: u64) -> Op {
+        Op {
+            lease,
+            fence: Some(fence),
+            ..Op::new(worker, key, OpKind::Write, Duration::ZERO)
+        }
+    }
+
+    /// Sets the times and outcome (builder style, for hand-written histories).
+    pub fn at(mut self, invoke_ms: u64, complete_ms: Option<u64>, outcome: Outcome) -> Op {
+        self.invoke = Duration::from_millis(invoke_ms);
+        self.complete = complete_ms.map(Duration::from_millis);
+        self.outcome = outcome;
+        self
+    }
+
+    pub fn with_fence(mut self, fence: u64) -> Op {
+        self.fence = Some(fence);
+        self
+    }
+
+    /// How long it took (until `end` if it never completed).
+    pub fn took(&self, end: Duration) -> Duration {
+        self.complete.unwrap_or(end).saturating_sub(self.invoke)
+    }
+}
+
+/// A copy of a history at one moment: the operations and when the copy was taken.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    pub ops: Vec<Op>,
+    /// When the snapshot was taken: pending operations have been running at least until then.
+    pub end: Duration,
+}
+
+impl Snapshot {
+    /// A snapshot of hand-written operations, ending just after the last time mentioned.
+    pub fn of(ops: Vec<Op>) -> Snapshot {
+        let end = ops
+            .iter()
+            .map(|o| o.complete.unwrap_or(o.invoke))
+            .max()
+            .unwrap_or_default();
+        Snapshot { ops, end }
+    }
+}
+
+/// The recorder, shared by every worker thread.
+#[derive(Debug)]
+pub struct History {
+    start: Instant,
+    ops: Mutex<Vec<Op>>,
+}
+
+impl Default for History {
+    fn default() -> Self {
+        History::new()
+    }
+}
+
+impl History {
+    pub fn new() -> History {
+        History {
+            start: Instant::now(),
+            ops: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Time since the history started.
+    pub fn now(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    fn ops(&self) -> std::sync::MutexGuard<'_, Vec<Op>> {
+        self.ops.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records `op` as invoked now (its `invoke`, `complete` and `outcome` are overwritten).
+    pub fn invoke(&self, mut op: Op) -> OpId {
+        let mut ops = self.ops();
+        op.invoke = self.now();
+        op.complete = None;
+        op.outcome = Outcome::Pending;
+        ops.push(op);
+        ops.len() - 1
+    }
+
+    /// Records that `id` completed now with `outcome`; `fence` (when given) is the fence returned.
+    pub fn complete(&self, id: OpId, outcome: Outcome, fence: Option<u64>) {
+        let mut ops = self.ops();
+        let now = self.now();
+        if let Some(op) = ops.get_mut(id) {
+            op.complete = Some(now);
+            op.outcome = outcome;
+            if fence.is_some() {
+                op.fence = fence;
+            }
+        }
+    }
+
+    pub fn ok(&self, id: OpId, fence: Option<u64>) {
+        self.complete(id, Outcome::Ok, fence);
+    }
+
+    pub fn fail(&self, id: OpId, outcome: Outcome) {
+        self.complete(id, outcome, None);
+    }
+
+    pub fn unknown(&self, id: OpId) {
+        self.complete(id, Outcome::Unknown, None);
+    }
+
+    /// Records a fully formed operation as is (times included), for merging or hand-written histories.
+    pub fn record(&self, op: Op) -> OpId {
+        let mut ops = self.ops();
+        ops.push(op);
+        ops.len() - 1
+    }
+
+    pub fn len(&self) -> usize {
+        self.ops().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        let ops = self.ops();
+        Snapshot {
+            ops: ops.clone(),
+            end: self.now(),
+        }
+    }
+}
+
+/// The seed of a randomized schedule: `TORTURE_SEED` when set (to replay a failure), else a fresh
+/// one. Printed as `seed=N` on stderr either way, so a failing run can be replayed.
+pub fn seed(label: &str) -> u64 {
+    let seed = std::env::var("TORTURE_SEED")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or_else(|| fastrand::u64(..));
+    eprintln!("{label}: seed={seed} (replay with TORTURE_SEED={seed})");
+    seed
+}

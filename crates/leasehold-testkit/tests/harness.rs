@@ -1,0 +1,324 @@
+//! The fault harness checks itself: the checker reports each violation it claims to find (on
+//! hand-written histories and a deliberately unfenced store) and nothing on a clean history; the proxy
+//! does each fault to a real redis-server.
+
+use leasehold_testkit::checker::drift;
+use leasehold_testkit::{
+    check, CheckConfig, Fault, FaultProxy, FencedStore, History, Op, Outcome, RedisServer, Snapshot,
+};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+const BOUND: Duration = Duration::from_millis(600);
+
+fn acq(worker: usize, ttl_ms: u64, at: u64, done: Option<u64>, outcome: Outcome) -> Op {
+    Op::acquire(worker, "k", ms(ttl_ms), Duration::ZERO, BOUND).at(at, done, outcome)
+}
+
+fn rel(worker: usize, lease: usize, at: u64, done: u64, outcome: Outcome) -> Op {
+    Op::release(worker, "k", lease, BOUND).at(at, Some(done), outcome)
+}
+
+/// Two workers taking turns properly, with an extend, a refusal while held, writes, and a lease that
+/// expired on its own before the next holder.
+fn clean_ops() -> Vec<Op> {
+    vec![
+        acq(0, 100, 0, Some(5), Outcome::Ok).with_fence(10), // #0
+        Op::write(0, "k", Some(0), 10).at(6, Some(6), Outcome::Ok),
+        Op::extend(0, "k", 0, ms(100), BOUND).at(50, Some(55), Outcome::Ok),
+        acq(1, 100, 60, Some(61), Outcome::NotAcquired), // refused while #0 holds: fine
+        rel(0, 0, 120, 125, Outcome::Ok),                // #4
+        acq(1, 50, 121, Some(130), Outcome::Ok).with_fence(11), // #5: after #0's release began
+        Op::write(1, "k", Some(5), 11).at(131, Some(131), Outcome::Ok),
+        // #5 never released: it expires at 121 + 50 − drift.
+        acq(0, 100, 200, Some(210), Outcome::Ok).with_fence(12), // #7
+        Op::write(0, "k", Some(7), 12).at(211, Some(211), Outcome::Ok),
+        rel(0, 7, 250, 251, Outcome::Ok),
+    ]
+}
+
+#[test]
+fn a_clean_history_has_no_findings() {
+    let r = check(&Snapshot::of(clean_ops()), &CheckConfig::default());
+    assert!(r.is_clean(), "{r}");
+    assert_eq!(r.acquired, 3);
+    assert_eq!(r.not_acquired, 1);
+    assert_eq!(r.writes_accepted, 3);
+}
+
+#[test]
+fn overlapping_windows_are_reported() {
+    let mut ops = clean_ops();
+    // Worker 2 gets the key while #0 (ok at 5, ttl 100, extended at 50) is still valid.
+    ops.push(acq(2, 100, 20, Some(30), Outcome::Ok).with_fence(20));
+    let r = check(&Snapshot::of(ops), &CheckConfig::default());
+    assert_eq!(r.overlaps.count, 1, "{r}");
+    assert!(r.overlaps.examples[0].contains("w2"), "{r}");
+}
+
+#[test]
+fn a_window_ends_at_the_conservative_expiry() {
+    // #0 was invoked at 0 with a 100 ms TTL: valid until 100 − drift(100 ms) = 97 ms.
+    let end = (ms(100) - drift(ms(100))).as_millis() as u64;
+    let next = |at| {
+        vec![
+            acq(0, 100, 0, Some(5), Outcome::Ok).with_fence(1),
+            acq(1, 100, at - 1, Some(at), Outcome::Ok).with_fence(2),
+        ]
+    };
+    let fine = check(&Snapshot::of(next(end)), &CheckConfig::default());
+    assert_eq!(fine.overlaps.count, 0, "{fine}");
+    let early = check(&Snapshot::of(next(end - 1)), &CheckConfig::default());
+    assert_eq!(early.overlaps.count, 1, "{early}");
+}
+
+/// The fake backend whose fence repeats (a Redis counter lost in a restart) and goes backwards.
+#[test]
+fn repeated_and_backward_fences_are_reported() {
+    let ops = vec![
+        acq(0, 50, 0, Some(1), Outcome::Ok).with_fence(7),
+        rel(0, 0, 10, 11, Outcome::Ok),
+        acq(1, 50, 20, Some(21), Outcome::Ok).with_fence(7), // repeats
+        rel(1, 2, 30, 31, Outcome::Ok),
+        acq(0, 50, 40, Some(41), Outcome::Ok).with_fence(3), // backwards
+    ];
+    let r = check(&Snapshot::of(ops), &CheckConfig::default());
+    assert_eq!(r.fence_order.count, 2, "{r}");
+    assert_eq!(r.overlaps.count, 0, "{r}");
+}
+
+#[test]
+fn concurrent_acquisitions_may_get_fences_in_either_order() {
+    // Invoked together; the one granted second may carry the smaller fence: not a violation.
+    let ops = vec![
+        acq(0, 50, 0, Some(5), Outcome::Ok).with_fence(9),
+        rel(0, 0, 6, 7, Outcome::Ok),
+        acq(1, 50, 1, Some(8), Outcome::Ok).with_fence(8),
+    ];
+    let r = check(&Snapshot::of(ops), &CheckConfig::default());
+    assert!(r.is_clean(), "{r}");
+}
+
+/// The deliberately unfenced write path: the old holder, back from a pause, writes after the new
+/// holder. The unfenced store takes it and the checker says so; the fenced store refuses it.
+#[test]
+fn an_unfenced_store_accepting_a_stale_write_is_reported() {
+    for (store, stale) in [(FencedStore::unfenced(), 1), (FencedStore::new(), 0)] {
+        let h = History::new();
+        let a = h.invoke(Op::acquire(0, "k", ms(20), Duration::ZERO, BOUND));
+        h.ok(a, Some(1));
+        std::thread::sleep(ms(30)); // paused past its TTL
+        let b = h.invoke(Op::acquire(1, "k", ms(20), Duration::ZERO, BOUND));
+        h.ok(b, Some(2));
+        assert!(store.write_recorded(&h, 1, "k", Some(b), 2));
+        let accepted = store.write_recorded(&h, 0, "k", Some(a), 1);
+        assert_eq!(accepted, !store.is_fenced());
+        let r = check(&h.snapshot(), &CheckConfig::default());
+        assert_eq!(r.stale_writes.count, stale, "{r}");
+        assert_eq!(r.writes_rejected, 1 - stale, "{r}");
+        assert_eq!(r.overlaps.count, 0, "{r}");
+        assert_eq!(store.highest("k"), Some(2));
+    }
+}
+
+#[test]
+fn calls_past_their_bound_are_reported_and_hangs_too() {
+    let ops = vec![
+        acq(0, 50, 0, Some(600), Outcome::Unknown), // exactly the bound: fine
+        acq(1, 50, 0, Some(601), Outcome::Unknown),
+        acq(2, 50, 0, None, Outcome::Pending), // still running at the end (1000 ms)
+        acq(3, 50, 1000, Some(1000), Outcome::NotAcquired),
+    ];
+    let r = check(&Snapshot::of(ops), &CheckConfig::default());
+    assert_eq!(r.bound_overruns.count, 2, "{r}");
+    assert_eq!(r.pending, 1);
+}
+
+#[test]
+fn a_lease_stranded_after_an_unknown_outcome_is_reported() {
+    let slack = CheckConfig::default().stranded_slack.as_millis() as u64;
+    let ops = |refused_at: u64| {
+        vec![
+            // The acquire timed out: it may or may not have taken the key for 100 ms.
+            acq(0, 100, 0, Some(400), Outcome::Unknown),
+            acq(
+                1,
+                100,
+                refused_at,
+                Some(refused_at + 1),
+                Outcome::NotAcquired,
+            ),
+        ]
+    };
+    let within = check(
+        &Snapshot::of(ops(400 + 100 + slack - 1)),
+        &CheckConfig::default(),
+    );
+    assert_eq!(within.stranded.count, 0, "{within}");
+    let later = check(
+        &Snapshot::of(ops(400 + 100 + slack + 1)),
+        &CheckConfig::default(),
+    );
+    assert_eq!(later.stranded.count, 1, "{later}");
+    assert!(later.stranded.examples[0].contains("unsettled"), "{later}");
+    // A holder whose release failed as Unknown keeps the key possibly held until its TTL runs out.
+    let released_unknown = vec![
+        acq(0, 100, 0, Some(1), Outcome::Ok).with_fence(1),
+        rel(0, 0, 10, 400, Outcome::Unknown),
+        acq(1, 100, 450, Some(460), Outcome::NotAcquired),
+    ];
+    let r = check(&Snapshot::of(released_unknown), &CheckConfig::default());
+    assert_eq!(r.stranded.count, 0, "{r}");
+}
+
+/// A release that says `Lost` is the client's verdict: the server may free the key only when it
+/// sees the holder's session close (PostgreSQL advisory, seen in CI), so the key counts as possibly
+/// held until the lease's TTL plus the slack, and no longer; a successful release settles at once.
+#[test]
+fn a_lost_release_settles_the_key_only_at_the_ttl() {
+    let slack = CheckConfig::default().stranded_slack.as_millis() as u64;
+    let ops = |release: Outcome, refused_at: u64| {
+        vec![
+            acq(0, 100, 0, Some(1), Outcome::Ok).with_fence(1),
+            rel(0, 0, 10, 11, release),
+            acq(
+                1,
+                100,
+                refused_at,
+                Some(refused_at + 5),
+                Outcome::NotAcquired,
+            ),
+        ]
+    };
+    let config = CheckConfig::default();
+    let soon = check(&Snapshot::of(ops(Outcome::Lost, 20)), &config);
+    assert_eq!(soon.stranded.count, 0, "{soon}");
+    let late = check(
+        &Snapshot::of(ops(Outcome::Lost, 1 + 100 + slack + 1)),
+        &config,
+    );
+    assert_eq!(late.stranded.count, 1, "{late}");
+    assert!(
+        late.stranded.examples[0].contains("last hold ended"),
+        "{late}"
+    );
+    let released = check(&Snapshot::of(ops(Outcome::Ok, 20)), &config);
+    assert_eq!(released.stranded.count, 1, "{released}");
+}
+
+// ---- the proxy, against a real redis-server ----
+
+fn resp(cmd: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", cmd.len()).into_bytes();
+    for a in cmd {
+        out.extend(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+    }
+    out
+}
+
+/// Sends one command through `addr`, returns the reply (or "" on a timeout / closed connection).
+fn send(addr: &str, cmd: &[&str], timeout: Duration) -> String {
+    let Ok(mut s) = TcpStream::connect(addr) else {
+        return String::new();
+    };
+    s.set_read_timeout(Some(timeout)).unwrap();
+    if s.write_all(&resp(cmd)).is_err() {
+        return String::new();
+    }
+    read_reply(&mut s)
+}
+
+fn read_reply(s: &mut TcpStream) -> String {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 256];
+    while !got.ends_with(b"\r\n") {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+#[test]
+fn the_proxy_does_each_fault() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    let addr = proxy.host_port();
+    let short = Duration::from_millis(300);
+    assert_eq!(send(&addr, &["PING"], short), "+PONG\r\n");
+
+    // Reply dropped, request delivered: the client sees nothing, the server did it.
+    proxy.set(Fault::DropReplies);
+    assert_eq!(send(&addr, &["SET", "dropped", "1"], short), "");
+    assert!(server.command(&[b"GET", b"dropped"]).contains('1'));
+
+    // Black hole: nothing reaches the server.
+    proxy.set(Fault::BlackHole);
+    assert_eq!(send(&addr, &["SET", "holed", "1"], short), "");
+    assert!(server.command(&[b"EXISTS", b"holed"]).starts_with(":0"));
+
+    proxy.set(Fault::Latency(Duration::from_millis(100)));
+    let t = Instant::now();
+    assert_eq!(send(&addr, &["PING"], Duration::from_secs(2)), "+PONG\r\n");
+    assert!(
+        t.elapsed() >= Duration::from_millis(200),
+        "{:?}",
+        t.elapsed()
+    );
+
+    // "+PONG\r\n" is 7 bytes, dripped 20 ms apart (and the 14-byte request before it).
+    proxy.set(Fault::SlowDrip(Duration::from_millis(20)));
+    let t = Instant::now();
+    assert_eq!(send(&addr, &["PING"], Duration::from_secs(2)), "+PONG\r\n");
+    assert!(
+        t.elapsed() >= Duration::from_millis(140),
+        "{:?}",
+        t.elapsed()
+    );
+
+    proxy.set(Fault::Refuse);
+    assert_eq!(send(&addr, &["PING"], short), "");
+
+    // Reset: an open connection breaks, new ones work (the fault is back to normal).
+    proxy.heal();
+    let mut open = TcpStream::connect(&addr).unwrap();
+    open.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    open.write_all(&resp(&["PING"])).unwrap();
+    assert_eq!(read_reply(&mut open), "+PONG\r\n");
+    assert!(proxy.open_connections() >= 1);
+    proxy.reset_all();
+    let t = Instant::now();
+    let _ = open.write_all(&resp(&["PING"]));
+    assert_eq!(read_reply(&mut open), "");
+    assert!(t.elapsed() < Duration::from_secs(1));
+    assert_eq!(send(&addr, &["PING"], short), "+PONG\r\n");
+
+    // Dropping the proxy ends every connection and thread at once, even one held open mid-fault.
+    let mut held = TcpStream::connect(&addr).unwrap();
+    held.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    proxy.set(Fault::BlackHole);
+    held.write_all(&resp(&["PING"])).unwrap();
+    let t = Instant::now();
+    drop(proxy);
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    assert_eq!(read_reply(&mut held), "");
+    assert!(TcpStream::connect(&addr).is_err());
+}
+
+#[test]
+fn a_server_that_is_gone_closes_the_clients_connection() {
+    let mut server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr());
+    server.kill();
+    let t = Instant::now();
+    assert_eq!(
+        send(&proxy.host_port(), &["PING"], Duration::from_secs(2)),
+        ""
+    );
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+}

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The Rust benchmark suite (issue 16) in one command, from the repository root or anywhere:
+#
+#   scripts/bench.sh            # about 5 minutes after the release build
+#   PERF_SECS=10 scripts/bench.sh   # longer handoff and load rows
+#
+# Builds in release, runs `cargo bench` of every backend crate (criterion: each figure and its floor in
+# the same run), then examples/perf_run.rs (handoff across processes, `leasehold bench` under load next
+# to redis-benchmark), then examples/perf_report.rs, which writes docs/perf/rust.md, the README's
+# block between <!-- perf:rust:begin --> and <!-- perf:rust:end -->, and the data of docs/perf/rust.png
+# (drawn by gnuplot, installed with apt-get when missing). Every server is started by the suite itself
+# on free loopback ports; one that cannot start fails the run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+secs="${PERF_SECS:-5}"
+out=target/perf
+
+need() {
+    command -v "$1" >/dev/null 2>&1 || { echo "bench.sh: \`$1\` not found: $2" >&2; exit 1; }
+}
+need redis-server "install redis-server (Debian: apt-get install redis-server)"
+need redis-benchmark "install redis-tools (Debian: apt-get install redis-tools)"
+if ! command -v gnuplot >/dev/null 2>&1; then
+    echo "bench.sh: installing gnuplot (for docs/perf/rust.png)" >&2
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq gnuplot-nox >/dev/null
+    need gnuplot "apt-get install gnuplot-nox failed"
+fi
+
+# How busy the machine was goes into the report.
+PERF_LOAD_START="$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
+export PERF_LOAD_START
+export CRITERION_HOME="$PWD/target/criterion"
+# Figures of an earlier run must not reach the report if a bench is skipped this time.
+rm -rf "$CRITERION_HOME"/{redis,redlock5,topology,postgres,local} "$out"
+mkdir -p "$out" docs/perf
+
+echo "== build (release)" >&2
+cargo build --release --locked -p leasehold-cli --bin leasehold -p leasehold --example perf_run --example perf_report
+
+echo "== cargo bench (criterion)" >&2
+cargo bench --locked -p leasehold-redis -p leasehold-postgres -p leasehold-local --bench cycle
+
+echo "== handoff and load (examples/perf_run.rs, ${secs} s per row)" >&2
+LEASEHOLD_BIN=target/release/leasehold target/release/examples/perf_run "$out/custom.json" "$secs"
+
+echo "== report" >&2
+PERF_WHEN="$(date -u '+%Y-%m-%d %H:%M UTC')" \
+    target/release/examples/perf_report "$out/custom.json" "$out/chart.dat"
+gnuplot -e "data='$out/chart.dat'; out='docs/perf/rust.png'" docs/perf/rust.gp
+echo "bench.sh: wrote docs/perf/rust.md, docs/perf/rust.png and README.md's performance block" >&2
