@@ -22,8 +22,11 @@ fn client_of(url: &str) -> Client {
     Client::new(PostgresBackend::connect(&Config::parse(url).expect("url")).expect("connect"))
 }
 
+/// These tests prove who gets in and when, not call bounds (hang.rs and faults.rs do): several
+/// processes share two cores and one server here, and a `pg_locks` scan once took over the default
+/// 1 s I/O timeout in CI, so calls get 5 s.
 fn url(query: &str) -> String {
-    PostgresServer::shared().url_with(query)
+    PostgresServer::shared().url_with(&format!("{query}&io_timeout_ms=5000"))
 }
 
 /// Counters shared by every process that maps the same file.
