@@ -1,8 +1,10 @@
 /*
  * leasehold.h: the C ABI of Leasehold, distributed locks as leases (library libleasehold).
  *
- * Link with -lleasehold (libleasehold.so or libleasehold.a; the static library also needs
- * -lpthread -ldl -lm). Build it with `cargo build --release -p leasehold-ffi`.
+ * Build with `pkg-config --cflags --libs leasehold` (installed by the libleasehold-dev package or
+ * scripts/install.sh): -lleasehold links libleasehold.so.0; the static libleasehold.a also needs
+ * -lpthread -ldl -lm (`pkg-config --static`). At start, leasehold_abi_check(LEASEHOLD_ABI_VERSION)
+ * refuses a library of another ABI with a message naming both versions.
  *
  * Rules that hold for every function:
  * - Statuses: every fallible call returns a leasehold_status. Anything but LEASEHOLD_OK leaves a
@@ -44,6 +46,14 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/**
+ * The ABI version of this header, `major * 1000 + minor`: 0.3 is `3`. A library is compatible with
+ * a program built against this header when its major is the same and its minor is the same or newer
+ * (minors only add functions and status values). Compare with `leasehold_abi_version()`, or let
+ * `leasehold_abi_check(LEASEHOLD_ABI_VERSION)` do it.
+ */
+#define LEASEHOLD_ABI_VERSION 3
 
 /**
  * The outcome of a call. The numeric values never change; new values may be added in later
@@ -107,7 +117,7 @@ extern "C" {
 #endif // __cplusplus
 
 /**
- * The library's version, such as "0.1.0": a static string owned by the library, never freed.
+ * The library's version, such as "0.3.0": a static string owned by the library, never freed.
  * Thread-safe.
  */
 const char *leasehold_version(void);
@@ -119,6 +129,20 @@ const char *leasehold_version(void);
  * the next leasehold call on this thread. Thread-safe (each thread has its own).
  */
 const char *leasehold_last_error(void);
+
+/**
+ * The ABI version of the loaded library, `major * 1000 + minor` (see `LEASEHOLD_ABI_VERSION`).
+ * Thread-safe; makes no other call.
+ */
+uint32_t leasehold_abi_version(void);
+
+/**
+ * `LEASEHOLD_OK` when this library can serve a program built against ABI version `expected`
+ * (pass `LEASEHOLD_ABI_VERSION`): the same major, and a minor at least `expected`'s.
+ * Otherwise `LEASEHOLD_INVALID_ARGUMENT`, and `leasehold_last_error()` names both versions.
+ * Call it once at start, before opening a client. Thread-safe.
+ */
+enum leasehold_status leasehold_abi_check(uint32_t expected);
 
 /**
  * Opens a client for the backend `url` names (`file:///dir`, `redis://…`, `redlock://…`,

@@ -66,7 +66,7 @@ typedef struct leasehold_client leasehold_client;
 typedef struct leasehold_lease leasehold_lease;
 
 /**
- * The library's version, such as "0.1.0": a static string owned by the library, never freed.
+ * The library's version, such as "0.3.0": a static string owned by the library, never freed.
  * Thread-safe.
  */
 const char *leasehold_version(void);
@@ -78,6 +78,20 @@ const char *leasehold_version(void);
  * the next leasehold call on this thread. Thread-safe (each thread has its own).
  */
 const char *leasehold_last_error(void);
+
+/**
+ * The ABI version of the loaded library, `major * 1000 + minor` (see `LEASEHOLD_ABI_VERSION`).
+ * Thread-safe; makes no other call.
+ */
+uint32_t leasehold_abi_version(void);
+
+/**
+ * `LEASEHOLD_OK` when this library can serve a program built against ABI version `expected`
+ * (pass `LEASEHOLD_ABI_VERSION`): the same major, and a minor at least `expected`'s.
+ * Otherwise `LEASEHOLD_INVALID_ARGUMENT`, and `leasehold_last_error()` names both versions.
+ * Call it once at start, before opening a client. Thread-safe.
+ */
+enum leasehold_status leasehold_abi_check(uint32_t expected);
 
 /**
  * Opens a client for the backend `url` names (`file:///dir`, `redis://…`, `redlock://…`,

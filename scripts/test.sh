@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of Leasehold: the README's test command, and what .ci/run calls.
 #
-# On a fresh machine it installs what it lacks (redis-server, PostgreSQL, valgrind, PHP with FFI, phpunit)
-# with apt-get. It never uses the machine's shared servers: every test starts its own redis-server and
+# On a fresh machine it installs what it lacks (redis-server, PostgreSQL, valgrind, PHP with FFI, phpunit,
+# composer, pkg-config) with apt-get. It never uses the machine's shared servers: every test starts its own redis-server and
 # PostgreSQL on free loopback ports. A missing server fails the run; nothing is skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +29,11 @@ grep -qix pdo_sqlite <<<"$(php_modules)" || missing+=(php-sqlite3)
 grep -qix redis <<<"$(php_modules)" || missing+=(php-redis)
 [ -d /usr/share/php/Symfony/Component/Lock ] || missing+=(php-symfony-lock)
 [ -d /usr/share/php/Illuminate/Cache ] || missing+=(php-laravel-framework)
+# Packaging and the install recipes (tests/packages/run.sh).
+command -v composer >/dev/null || missing+=(composer)
+command -v pkg-config >/dev/null || missing+=(pkg-config)
+command -v dpkg-architecture >/dev/null || missing+=(dpkg-dev)
+command -v objdump >/dev/null || missing+=(binutils)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"
   if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
@@ -57,5 +62,9 @@ cargo test --workspace --locked -- --test-threads=4
 # ---------------------------------------------------------------------------------------------------
 step "PHP tests"
 LEASEHOLD_LIBRARY="$PWD/target/debug/libleasehold.so" bash bindings/php/run-tests.sh
+
+# ---------------------------------------------------------------------------------------------------
+step "packages and install recipes (release build, .deb install and purge, Composer offline)"
+bash tests/packages/run.sh
 
 step "all tests passed"

@@ -18,8 +18,8 @@ declare(strict_types=1);
  *   opcache.preload_user=www-data
  *   ffi.preload=/etc/php/leasehold.h   ; php bindings/php/bin/leasehold-ffi-header > /etc/php/leasehold.h
  *
- * The library file for FFI::load(): LEASEHOLD_LIBRARY in php-fpm's environment (the master's, at start-up), or
- * else the workspace's target/release build. Restart php-fpm after rebuilding the library or updating Leasehold.
+ * The library file for FFI::load(): LEASEHOLD_LIBRARY in php-fpm's environment (the master's, at start-up), else
+ * the installed libleasehold.so.0 (the Debian package, scripts/install.sh), else the workspace's target/release build. Restart php-fpm after rebuilding the library or updating Leasehold.
  */
 
 use Leasehold\Library;
@@ -51,7 +51,8 @@ foreach ([
     } catch (FFI\Exception) {
     }
     $library = Library::defaultPath();
-    if (!is_file($library)) {
+    // A bare name (the installed libleasehold.so.0) is for the dynamic loader to find; anything else is a file.
+    if (str_contains($library, '/') && !is_file($library)) {
         throw new RuntimeException("Leasehold preload: libleasehold not found at $library (set LEASEHOLD_LIBRARY)");
     }
     // FFI::load() reads FFI_SCOPE and FFI_LIB only from a file, so the header goes through a private temp file.
@@ -60,7 +61,7 @@ foreach ([
         throw new RuntimeException('Leasehold preload: cannot create a temporary header file');
     }
     try {
-        file_put_contents($header, Library::preloadHeader(realpath($library) ?: $library));
+        file_put_contents($header, Library::preloadHeader(str_contains($library, '/') ? (realpath($library) ?: $library) : $library));
         if (FFI::load($header) === null) {
             throw new RuntimeException("Leasehold preload: FFI::load() failed for $library");
         }

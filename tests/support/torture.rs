@@ -187,7 +187,10 @@ fn worker(w: usize, plan: &Plan, url: &str, h: &History, store: &FencedStore, st
     let mut cycles = 0u32;
     while Instant::now() < end && !stop.load(Ordering::SeqCst) {
         cycles = cycles.wrapping_add(1);
-        if plan.reconnect_every.is_some_and(|n| cycles % n.max(1) == 0) {
+        if plan
+            .reconnect_every
+            .is_some_and(|n| cycles.is_multiple_of(n.max(1)))
+        {
             match connect() {
                 Some(c) => client = c,
                 None => return,

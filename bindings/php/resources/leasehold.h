@@ -14,6 +14,7 @@ typedef enum leasehold_status {
 } leasehold_status;
 
 const char *leasehold_version(void);
+uint32_t leasehold_abi_version(void);
 const char *leasehold_last_error(void);
 leasehold_status leasehold_client_open(const char *url, leasehold_client **client_out);
 void leasehold_client_free(leasehold_client *client);

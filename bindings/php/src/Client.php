@@ -37,8 +37,8 @@ final class Client
     /**
      * @param string      $url        the backend, e.g. file:///var/lib/leasehold or redis://127.0.0.1:6379
      *                                (query parameters: prefix, connect_timeout_ms, io_timeout_ms, pool_size)
-     * @param string|null $library    path of libleasehold; null for the preloaded scope, LEASEHOLD_LIBRARY or the
-     *                                workspace's target/release build
+     * @param string|null $library    path of libleasehold; null for LEASEHOLD_LIBRARY, the preloaded scope, the
+     *                                system's libleasehold.so.0 or the workspace's target/release build
      * @param bool        $persistent share one connection per URL for the life of the process (php-fpm worker):
      *                                the first connect() opens it, later ones (in later requests too) reuse it,
      *                                and so do its stats(); a pcntl_fork() child gets its own

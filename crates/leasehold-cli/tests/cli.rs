@@ -212,7 +212,7 @@ fn the_command_gets_key_fence_and_token(b: &Backend) {
     // The fence stays readable where the backend keeps it after release (Redis keeps the counter;
     // the local backend deletes a released key's record).
     assert!(
-        info.fence.map_or(true, |f| f == fence),
+        info.fence.is_none_or(|f| f == fence),
         "{:?} after fence {fence}",
         info.fence
     );

@@ -34,7 +34,8 @@ pub fn pid() -> u32 {
 /// The cache cell on its wiped-on-fork page, or None where the kernel cannot wipe one.
 fn wiped_on_fork() -> Option<&'static AtomicU32> {
     // Null: not set up yet; FAILED: not available. The page itself is mapped once and never unmapped.
-    const FAILED: *mut AtomicU32 = 1 as *mut AtomicU32;
+    // (A dangling pointer is never the start of a mapped page.)
+    const FAILED: *mut AtomicU32 = ptr::dangling_mut::<AtomicU32>();
     static PAGE: AtomicPtr<AtomicU32> = AtomicPtr::new(ptr::null_mut());
     let mut page = PAGE.load(Ordering::Acquire);
     if page.is_null() {

@@ -8,6 +8,7 @@
 
 #![allow(clippy::missing_safety_doc)]
 
+mod abi;
 mod boundary;
 mod client;
 mod handle;
@@ -18,6 +19,7 @@ mod metrics;
 mod persistent;
 mod status;
 
+pub use abi::{leasehold_abi_check, leasehold_abi_version, LEASEHOLD_ABI_VERSION};
 pub use client::{
     leasehold_acquire, leasehold_client_free, leasehold_client_open,
     leasehold_client_open_persistent, leasehold_try_acquire,
@@ -33,7 +35,7 @@ pub use status::leasehold_status;
 
 use std::ffi::c_char;
 
-/// The library's version, such as "0.1.0": a static string owned by the library, never freed.
+/// The library's version, such as "0.3.0": a static string owned by the library, never freed.
 /// Thread-safe.
 #[no_mangle]
 pub extern "C" fn leasehold_version() -> *const c_char {

@@ -22,6 +22,11 @@ fn generate(php: bool) -> String {
         config.no_includes = true;
         config.sys_includes.clear();
         config.includes.clear();
+        // A constant is a #define, which FFI::cdef rejects; PHP keeps the ABI version in Library.
+        config
+            .export
+            .exclude
+            .push("LEASEHOLD_ABI_VERSION".to_owned());
         config.header = Some(
             "/*\n * leasehold_ffi.h: the C ABI of Leasehold for PHP's FFI::cdef(), generated from the same\n * \
              source as include/leasehold.h but without preprocessor lines (FFI::cdef rejects them).\n * \

@@ -163,12 +163,12 @@ pub(crate) fn decode(bytes: &[u8]) -> Decoded {
             return Decoded::OldFormat(*number);
         }
     }
-    let blank = |s: Option<&[u8]>| s.map_or(true, |s| s.iter().all(|&b| b == 0));
+    let blank = |s: Option<&[u8]>| s.is_none_or(|s| s.iter().all(|&b| b == 0));
     let mut damaged = bytes.len() > FILE_LEN;
     let mut best: Option<Record> = None;
     for s in slots {
         match s.and_then(decode_slot) {
-            Some(r) if best.as_ref().map_or(true, |b| r.gen > b.gen) => best = Some(r),
+            Some(r) if best.as_ref().is_none_or(|b| r.gen > b.gen) => best = Some(r),
             Some(_) => {}
             None => damaged |= !blank(s),
         }
@@ -312,7 +312,11 @@ pub(crate) fn encode(record: &Record) -> (u64, Vec<u8>) {
     debug_assert_eq!(b.len(), len);
     let sum = check(&b[16..]);
     b[8..16].copy_from_slice(&sum);
-    let offset = if record.gen % 2 == 0 { 0 } else { SLOT as u64 };
+    let offset = if record.gen.is_multiple_of(2) {
+        0
+    } else {
+        SLOT as u64
+    };
     (offset, b)
 }
 
@@ -500,7 +504,7 @@ mod tests {
         two.exclusive = false;
         two.holders.push(holder(0xcd, 1, 2));
         let mut file = file_with(&[&two]);
-        let at = if two.gen % 2 == 0 { 0 } else { SLOT };
+        let at = if two.gen.is_multiple_of(2) { 0 } else { SLOT };
         file[at + 60] = 1;
         let sum = check(&file[at + 16..at + HEADER + 2 * HOLDER_LEN + 2 * WAITER_LEN]);
         file[at + 8..at + 16].copy_from_slice(&sum);
@@ -641,7 +645,11 @@ mod tests {
     fn older_formats_are_recognized_and_refused() {
         for (magic, number) in OLD_MAGICS {
             let mut file = file_with(&[&sample()]);
-            let at = if sample().gen % 2 == 0 { 0 } else { SLOT };
+            let at = if sample().gen.is_multiple_of(2) {
+                0
+            } else {
+                SLOT
+            };
             file[at..at + 4].copy_from_slice(*magic);
             assert_eq!(decode(&file), Decoded::OldFormat(*number));
             assert_eq!(Decoded::OldFormat(*number).into_record(), Err(*number));

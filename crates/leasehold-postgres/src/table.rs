@@ -809,7 +809,7 @@ impl Table {
             s.statements(&self.bounded(sql), deadline)
         })?;
         let (sent, statements) = result.map_err(|e| pools.failed("extend", &e))?;
-        if statements.last().map_or(true, |rows| rows.is_empty()) {
+        if statements.last().is_none_or(|rows| rows.is_empty()) {
             return Err(Error::Lost(
                 "the key no longer holds this lease's token (expired, or released)".into(),
             ));

@@ -457,7 +457,7 @@ impl Node {
             .query::<String>(&mut first.inner)
             .ok()
             .and_then(|info| major_version(&info))
-            .map_or(true, |major| major >= 6))
+            .is_none_or(|major| major >= 6))
     }
 
     /// Whether the server takes fractional `BLPOP` timeouts (Redis ≥ 6), which native waiting

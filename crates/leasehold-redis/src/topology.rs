@@ -349,7 +349,7 @@ impl Cluster {
     /// Whether enough time passed since the last lookup to make another.
     fn due(&self) -> bool {
         let mut last = self.looked_up.lock().unwrap_or_else(|p| p.into_inner());
-        let due = last.map_or(true, |at| at.elapsed() >= LOOKUP_EVERY);
+        let due = last.is_none_or(|at| at.elapsed() >= LOOKUP_EVERY);
         if due {
             *last = Some(Instant::now());
         }
@@ -579,7 +579,7 @@ impl Sentinel {
 
     fn due(&self) -> bool {
         let mut last = self.looked_up.lock().unwrap_or_else(|p| p.into_inner());
-        let due = last.map_or(true, |at| at.elapsed() >= LOOKUP_EVERY);
+        let due = last.is_none_or(|at| at.elapsed() >= LOOKUP_EVERY);
         if due {
             *last = Some(Instant::now());
         }

@@ -15,7 +15,7 @@ use Leasehold\Client;
  *
  * Optional keys: 'keepalive_ttl' (seconds of a 0-second lock's lease, renewed every third of it; default 60),
  * 'persistent' (one library client per URL for the life of the worker process, default true), 'library' (the
- * libleasehold file; default: preloaded scope, LEASEHOLD_LIBRARY, the workspace build).
+ * libleasehold file; default: LEASEHOLD_LIBRARY, preloaded scope, system library, the workspace build).
  */
 final class LeaseholdServiceProvider extends ServiceProvider
 {

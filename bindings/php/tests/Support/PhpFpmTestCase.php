@@ -33,6 +33,27 @@ abstract class PhpFpmTestCase extends LeaseholdTestCase
     /** The user php-fpm's master runs as (null: this process's user). */
     abstract protected static function masterUser(): ?string;
 
+    /** The file opcache.preload names: the package's preload.php unless a set-up chains it from its own. */
+    protected static function preloadScript(TempDir $dir, string $root): string
+    {
+        return $root . '/bindings/php/preload.php';
+    }
+
+    /** A script of this set-up's own under the temp dir, readable by php-fpm's workers. */
+    protected static function writeScript(string $name, string $code): string
+    {
+        $file = (string) self::$dir?->file($name);
+        file_put_contents($file, $code);
+        chmod($file, 0644);
+        return $file;
+    }
+
+    /** @return array{headers: string, body: string, stderr: string} */
+    protected static function get(string $script, string $query = ''): array
+    {
+        return FastCgi::get('tcp://127.0.0.1:' . self::$port, $script, $query);
+    }
+
     public static function setUpBeforeClass(): void
     {
         self::$dir = new TempDir('fpm');
@@ -56,7 +77,7 @@ abstract class PhpFpmTestCase extends LeaseholdTestCase
         file_put_contents($dir->file('php.ini'), implode("\n", array_merge([
             'opcache.enable=1',
             'ffi.enable=preload',
-            'opcache.preload=' . self::$root . '/bindings/php/preload.php',
+            'opcache.preload=' . static::preloadScript($dir, self::$root),
             'display_errors=stderr',
             'log_errors=1',
             'error_log=' . $dir->file('php-errors.log'),
@@ -247,7 +268,7 @@ abstract class PhpFpmTestCase extends LeaseholdTestCase
             . 'the suite does not skip the php-fpm tests');
     }
 
-    private static function logs(): string
+    protected static function logs(): string
     {
         $out = '';
         foreach (['php-fpm.log', 'php-errors.log', 'stdout', 'stderr'] as $name) {

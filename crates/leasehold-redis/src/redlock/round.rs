@@ -273,9 +273,9 @@ impl RedlockBackend {
         let signal_ttl = self.signal_ttl;
         let wait = only_took.is_none();
         let mut replies = self.fanout.call(which, &affinity, timing, move |i, node| {
-            let took = only_took.as_ref().map_or(true, |t| {
-                t.get(i).is_some_and(|t| t.load(Ordering::Acquire))
-            });
+            let took = only_took
+                .as_ref()
+                .is_none_or(|t| t.get(i).is_some_and(|t| t.load(Ordering::Acquire)));
             if !took {
                 return Ok(false);
             }
