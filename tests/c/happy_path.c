@@ -141,9 +141,23 @@ static void free_client_first(const char *url) {
     leasehold_client_free(client);
 }
 
+/* The ABI check a program makes at start: this header's version passes, another major or a newer minor
+ * than the library's is refused with a message naming both versions. */
+static void abi_check(void) {
+    CHECK(leasehold_abi_version() == LEASEHOLD_ABI_VERSION);
+    EXPECT(LEASEHOLD_OK, leasehold_abi_check(LEASEHOLD_ABI_VERSION));
+    EXPECT(LEASEHOLD_OK, leasehold_abi_check(LEASEHOLD_ABI_VERSION - LEASEHOLD_ABI_VERSION % 1000));
+    EXPECT(LEASEHOLD_INVALID_ARGUMENT, leasehold_abi_check(LEASEHOLD_ABI_VERSION + 1000));
+    EXPECT_ERROR_MENTIONS("another major version");
+    EXPECT(LEASEHOLD_INVALID_ARGUMENT, leasehold_abi_check(LEASEHOLD_ABI_VERSION + 1));
+    EXPECT_ERROR_MENTIONS("older minor version");
+    EXPECT_ERROR_MENTIONS(leasehold_version());
+}
+
 int main(void) {
     const char *url = env_or_die("LEASEHOLD_URL");
     CHECK(strcmp(leasehold_last_error(), "") == 0);
+    abi_check();
     leasehold_client *client = NULL;
     EXPECT(LEASEHOLD_OK, leasehold_client_open(url, &client));
     CHECK(client != NULL);
