@@ -11,7 +11,10 @@ const KEYS: usize = 100_000;
 const THREADS: usize = 4;
 
 fn client(query: &str) -> Client {
-    let url = PostgresServer::shared().url_with(query);
+    // These tests prove what is left behind and who contends, not call bounds (hang.rs and faults.rs
+    // do): 100,000 cycles on four threads meet a busy two-core machine, where one round trip can wait
+    // past the default 1 s behind other test processes. Calls get 5 s.
+    let url = PostgresServer::shared().url_with(&format!("{query}&io_timeout_ms=5000"));
     let config = Config::parse(&url).expect("test URL");
     Client::new(PostgresBackend::connect(&config).expect("connect to the test PostgreSQL"))
 }
