@@ -1,7 +1,8 @@
 //! `leasehold_client`: one backend, shared by threads, rebuilt in a child after fork().
 
 use crate::boundary::Secrets;
-use leasehold::{fork, Client, Config, Error, Result};
+use leasehold::fork::{self, PerProcess};
+use leasehold::{Client, Config, Error, Result};
 use std::borrow::Cow;
 use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex};
@@ -21,15 +22,10 @@ pub struct leasehold_client {
     /// The client connected by `leasehold_client_open`, used without a lock by its own process.
     /// Never dropped in another one (see `Drop`).
     opened: ManuallyDrop<Client>,
-    /// A fork() child's own client, made on its first call there.
-    forked: Mutex<Forked>,
-}
-
-struct Forked {
-    /// The process `client` belongs to (0: none yet).
-    pid: u32,
-    /// None until connected, and after a reconnect failed; the next call tries again.
-    client: Option<Client>,
+    /// A fork() child's own client, made on its first call there: None until connected, and after a
+    /// reconnect failed (the next call tries again). Per process, so a child never takes a lock its
+    /// parent (or a parent's thread, at the fork) held.
+    forked: PerProcess<Mutex<Option<Client>>>,
 }
 
 impl leasehold_client {
@@ -49,10 +45,7 @@ impl leasehold_client {
             secrets,
             pid: fork::pid(),
             opened: ManuallyDrop::new(client),
-            forked: Mutex::new(Forked {
-                pid: 0,
-                client: None,
-            }),
+            forked: PerProcess::new(),
         }))
     }
 
@@ -62,34 +55,15 @@ impl leasehold_client {
         if pid == self.pid {
             return Ok(Cow::Borrowed(&self.opened));
         }
-        if let Some(client) = self.forked_client(pid) {
+        let (slot, _) = self.forked.get(|| Mutex::new(None));
+        if let Some(client) = lock(slot).clone() {
             return Ok(Cow::Owned(client));
         }
         // Connected without the lock held: a connect takes up to its timeout, and a process forked
-        // meanwhile by another thread would inherit the lock held and hang on its first call.
+        // meanwhile by another thread would inherit the lock held. Another thread of this process
+        // may connect at the same time: the first to finish is kept, the other's client closed.
         let client = leasehold::connect_config(&self.config).map_err(|e| self.redacted(e))?;
-        let mut forked = self.forked.lock().unwrap_or_else(|p| p.into_inner());
-        if forked.pid == pid {
-            if let Some(first) = &forked.client {
-                // Another thread of this process connected first: use its client, close ours.
-                return Ok(Cow::Owned(first.clone()));
-            }
-            forked.client = Some(client.clone());
-        }
-        Ok(Cow::Owned(client))
-    }
-
-    /// The client this fork() child made, if it made one; parks one a parent child made (we are a
-    /// grandchild then, and it is not ours either).
-    fn forked_client(&self, pid: u32) -> Option<Client> {
-        let mut forked = self.forked.lock().unwrap_or_else(|p| p.into_inner());
-        if forked.pid != pid {
-            if let Some(inherited) = forked.client.take() {
-                fork::keep_forever(inherited);
-            }
-            forked.pid = pid;
-        }
-        forked.client.clone()
+        Ok(Cow::Owned(lock(slot).get_or_insert(client).clone()))
     }
 
     pub(crate) fn redacted(&self, error: Error) -> Error {
@@ -112,11 +86,10 @@ impl Drop for leasehold_client {
         } else {
             fork::keep_forever(opened);
         }
-        let forked = self.forked.get_mut().unwrap_or_else(|p| p.into_inner());
-        if forked.pid != pid {
-            if let Some(inherited) = forked.client.take() {
-                fork::keep_forever(inherited);
-            }
-        }
+        // `forked` parks a value of another process by itself when dropped.
     }
+}
+
+fn lock(slot: &Mutex<Option<Client>>) -> std::sync::MutexGuard<'_, Option<Client>> {
+    slot.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -4,8 +4,8 @@
 //!
 //! The cache holds one reference to each client, so a client lives until the process exits whatever
 //! its callers free. A fork() child must not share the parent's entries (their connections are the
-//! parent's), so the cache remembers its pid and a child starts with an empty one, parking the
-//! inherited entries untouched like every other inherited object.
+//! parent's), so each process has a cache of its own and a child parks the inherited one untouched,
+//! its lock included, like every other inherited object.
 //!
 //! The cache is only worth anything while the library stays loaded. PHP's FFI dlopen()s the library
 //! per request where nothing preloads it (`php -S`, a CLI `FFI::cdef` in a loop) and dlclose()s it
@@ -13,46 +13,42 @@
 //! thread still runs). So the first persistent client pins the library with RTLD_NODELETE.
 
 use crate::handle::leasehold_client;
-use leasehold::{fork, Result};
+use leasehold::fork::PerProcess;
+use leasehold::Result;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Once};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-struct Cache {
-    pid: u32,
-    /// By the exact URL text: two spellings of one backend get two clients, which is harmless.
-    clients: HashMap<String, Arc<leasehold_client>>,
+/// By the exact URL text: two spellings of one backend get two clients, which is harmless.
+type Clients = HashMap<String, Arc<leasehold_client>>;
+
+// Each process's own cache: a fork() child never takes the parent's lock, which a thread of the parent
+// may hold at the fork and never give back in the child. Reachable from a static, so leak checkers
+// count the cached clients as still in use.
+static CACHE: PerProcess<Mutex<Clients>> = PerProcess::new();
+
+fn clients() -> MutexGuard<'static, Clients> {
+    let (cache, _) = CACHE.get(|| Mutex::new(HashMap::new()));
+    cache.lock().unwrap_or_else(|p| p.into_inner())
 }
-
-// Reachable from a static, so leak checkers count the cached clients as still in use.
-static CACHE: Mutex<Option<Cache>> = Mutex::new(None);
 
 /// A new reference to this process's client for `url`, connecting on first use. A failed connect
 /// is not cached: the next call tries again.
 pub(crate) fn open(url: &str) -> Result<Arc<leasehold_client>> {
-    static PIN: Once = Once::new();
-    PIN.call_once(pin_library);
-    // Held across the connect so that concurrent first calls for one URL make one client; the
-    // connect is bounded by the URL's connect timeout.
-    let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
-    let pid = fork::pid();
-    let cache = match cache.as_mut() {
-        Some(cache) if cache.pid == pid => cache,
-        _ => {
-            if let Some(inherited) = cache.take() {
-                fork::keep_forever(inherited.clients);
-            }
-            cache.insert(Cache {
-                pid,
-                clients: HashMap::new(),
-            })
-        }
-    };
-    if let Some(client) = cache.clients.get(url) {
+    // Not a `Once`: a fork() while another thread runs it would leave the child waiting for ever.
+    // Pinning twice is harmless.
+    static PINNED: AtomicBool = AtomicBool::new(false);
+    if !PINNED.swap(true, Ordering::AcqRel) {
+        pin_library();
+    }
+    if let Some(client) = clients().get(url) {
         return Ok(client.clone());
     }
+    // Connected without the lock held: a connect takes up to its timeouts, and nothing may hold a
+    // lock that long (a fork() meanwhile copies it held). Two first calls for one URL may both
+    // connect; the first to finish is kept and the other dropped.
     let client = leasehold_client::open(url)?;
-    cache.clients.insert(url.to_owned(), client.clone());
-    Ok(client)
+    Ok(clients().entry(url.to_owned()).or_insert(client).clone())
 }
 
 /// Marks the shared object holding this code as never to be unloaded. Best effort: if it fails, the

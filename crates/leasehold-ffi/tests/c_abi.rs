@@ -301,6 +301,32 @@ fn fork_child_uses_inherited_client_redis() {
     run("fork", &[("LEASEHOLD_URL", &redis_url(&server))]);
 }
 
+/// A server that accepts connections and never answers, for calls that must stay inside the
+/// library until their I/O timeout. Lives as long as the returned listener's thread (the test).
+fn silent_server() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    let port = listener.local_addr().expect("local address").port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            held.push(stream); // kept open, never read or written
+        }
+    });
+    format!("redis://127.0.0.1:{port}?connect_timeout_ms=5000&io_timeout_ms=5000")
+}
+
+#[test]
+fn fork_while_another_thread_opens_a_persistent_client() {
+    let dir = TempDir::new("ffi-fork-open");
+    run(
+        "fork_during_open",
+        &[
+            ("LEASEHOLD_URL", &file_url(&dir)),
+            ("LEASEHOLD_SILENT_URL", &silent_server()),
+        ],
+    );
+}
+
 /// Where the C tests delete a lock underneath the library: the local backend's directory, or the
 /// port of our own redis-server (for a raw DEL of the key's lock key, `leasehold:{<tag>}l:<key>`:
 /// see tests/c/underneath.h).

@@ -15,35 +15,24 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::Mutex;
+use leasehold_core::fork::PerProcess;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 /// Idle instances kept for reuse; more than this many are closed.
 const POOL_MAX: usize = 8;
 
-struct Pool {
-    pid: u32,
-    idle: Vec<OwnedFd>,
-}
+// Each process's own idle instances: a fork() child neither reads the parent's instances (it would
+// eat their wake-ups) nor takes the parent's lock (a thread of the parent may hold it at the fork).
+static POOL: PerProcess<Mutex<Vec<OwnedFd>>> = PerProcess::new();
 
-static POOL: Mutex<Pool> = Mutex::new(Pool {
-    pid: 0,
-    idle: Vec::new(),
-});
-
-fn pool() -> std::sync::MutexGuard<'static, Pool> {
-    let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
-    let pid = leasehold_core::fork::pid();
-    if pool.pid != pid {
-        // Inherited from the parent (or first use): the parent still reads these instances.
-        pool.idle.clear();
-        pool.pid = pid;
-    }
-    pool
+fn idle() -> MutexGuard<'static, Vec<OwnedFd>> {
+    let (pool, _) = POOL.get(|| Mutex::new(Vec::new()));
+    pool.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn instance() -> Option<OwnedFd> {
-    if let Some(fd) = pool().idle.pop() {
+    if let Some(fd) = idle().pop() {
         return Some(fd);
     }
     // SAFETY: a plain syscall; the returned descriptor is owned right away.
@@ -143,8 +132,8 @@ impl Drop for Watch {
 fn give_back(fd: OwnedFd) {
     // Removing the watch queued an IN_IGNORED event; the next user must start from an empty queue.
     drain(&fd);
-    let mut pool = pool();
-    if pool.idle.len() < POOL_MAX {
-        pool.idle.push(fd);
+    let mut idle = idle();
+    if idle.len() < POOL_MAX {
+        idle.push(fd);
     }
 }

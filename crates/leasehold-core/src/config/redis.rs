@@ -111,10 +111,22 @@ impl Scheme {
         "redlocks",
         "postgres",
         "postgresql",
+        "valkey",
+        "valkeys",
+        "valkey+unix",
+        "valkey+cluster",
+        "valkeys+cluster",
+        "valkey+sentinel",
+        "valkeys+sentinel",
     ];
 
     pub(super) fn of(name: &str) -> Option<Scheme> {
         let redis = |topology, tls| Some(Scheme::Redis { topology, tls });
+        // Valkey speaks Redis's protocol and runs its scripts unchanged: its schemes are aliases.
+        let name = match name.strip_prefix("valkey") {
+            Some(rest) => return Scheme::of(&format!("redis{rest}")),
+            None => name,
+        };
         match name {
             "file" => Some(Scheme::File),
             "postgres" | "postgresql" => Some(Scheme::Postgres),
