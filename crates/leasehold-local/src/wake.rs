@@ -11,11 +11,11 @@
 //! the watch is removed, which is cheap. A forked child starts a pool of its own: an instance shared
 //! with the parent would let one process eat the other's wake-ups.
 
+use leasehold_core::fork::PerProcess;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use leasehold_core::fork::PerProcess;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 

@@ -283,12 +283,24 @@ fn password_files() {
 fn valkey_schemes_are_the_redis_schemes() {
     for (valkey, redis) in [
         ("valkey://h:6380/2?prefix=p:", "redis://h:6380/2?prefix=p:"),
-        ("valkeys://h?tls_insecure=true", "rediss://h?tls_insecure=true"),
-        ("valkey+unix:///run/valkey.sock", "redis+unix:///run/valkey.sock"),
+        (
+            "valkeys://h?tls_insecure=true",
+            "rediss://h?tls_insecure=true",
+        ),
+        (
+            "valkey+unix:///run/valkey.sock",
+            "redis+unix:///run/valkey.sock",
+        ),
         ("valkey+cluster://a,b:7001", "redis+cluster://a,b:7001"),
         ("valkeys+cluster://a,b:7001", "rediss+cluster://a,b:7001"),
-        ("valkey+sentinel://s1,s2/main", "redis+sentinel://s1,s2/main"),
-        ("valkeys+sentinel://s1,s2/main", "rediss+sentinel://s1,s2/main"),
+        (
+            "valkey+sentinel://s1,s2/main",
+            "redis+sentinel://s1,s2/main",
+        ),
+        (
+            "valkeys+sentinel://s1,s2/main",
+            "rediss+sentinel://s1,s2/main",
+        ),
         ("VALKEY://h", "redis://h"),
     ] {
         let a = Config::parse(valkey).unwrap_or_else(|e| panic!("{valkey}: {e}"));
