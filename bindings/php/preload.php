@@ -37,12 +37,13 @@ foreach ([
     'Seconds',
     'Events',
     'Library',
+    // Interfaces first, then the classes whose return types they narrow (Client's need Lock and Semaphore).
     'LockInterface',
     'SemaphoreInterface',
     'ClientInterface',
-    'Client',
     'Lock',
     'Semaphore',
+    'Client',
 ] as $class) {
     require_once __DIR__ . '/src/' . $class . '.php';
 }
