@@ -63,6 +63,13 @@ final class LeaseholdLock extends LaravelLock
     public function block($seconds, $callback = null)
     {
         $lock = $this->newLease();
+        if (is_string($seconds) && is_numeric($seconds)) {
+            $seconds = +$seconds;
+        }
+        // Laravel's block() makes one attempt when the time is already up (0 or less seconds): so does this.
+        if ((is_int($seconds) || is_float($seconds)) && $seconds < 0) {
+            $seconds = 0;
+        }
         if (!$lock->acquire($seconds)) {
             throw new LockTimeoutException(sprintf(
                 'lock "%s" was held elsewhere for all of the %s s waited',

@@ -5,6 +5,7 @@ declare(strict_types=1);
 namespace Leasehold\Tests\Laravel;
 
 use Illuminate\Container\Container;
+use Illuminate\Contracts\Cache\LockTimeoutException;
 use Illuminate\Support\Facades\Cache;
 use Leasehold\Laravel\LeaseholdStore;
 use Leasehold\Testing\InMemoryClient;
@@ -82,6 +83,38 @@ final class WrappingStoreTest extends LeaseholdTestCase
         self::assertFalse(Cache::lock('nightly', 30)->get());
         self::assertSame('ran', Cache::lock('nightly', 30)->block(5, static fn () => 'ran'),
             'block() waited (on the manual clock) for the 30 s lease to end');
+    }
+
+    /** Every method of Illuminate\Cache\Lock, with Laravel's results. */
+    public function testTheLaravelLockApi(): void
+    {
+        self::app();
+        $lock = Cache::lock('api', 10);
+        self::assertSame($lock, $lock->betweenBlockedAttemptsSleepFor(10), 'fluent, as Laravel\'s');
+        self::assertTrue($lock->acquire());
+        self::assertFalse($lock->acquire(), 'the key is held (by this very lock, as Laravel answers)');
+        self::assertFalse(Cache::lock('api', 10)->get());
+        self::assertFalse(Cache::lock('api', 10)->get(static fn () => self::fail('must not run')));
+        foreach ([0, -1, 0.2] as $seconds) {
+            try {
+                Cache::lock('api', 10)->block($seconds);
+                self::fail("block($seconds) on a held key must time out");
+            } catch (LockTimeoutException) {
+            }
+        }
+        self::assertTrue(Cache::lock('api')->isOwnedBy($lock->owner()));
+        self::assertTrue($lock->release());
+        self::assertFalse($lock->release());
+        self::assertSame('x', Cache::lock('api', 10)->get(static fn () => 'x'));
+        self::assertSame('y', Cache::lock('api', 10)->block(1, static fn () => 'y'));
+        self::assertTrue(Cache::lock('api', 10)->block(1), 'block() without a callback keeps the lock');
+        Cache::lock('api')->forceRelease();
+        self::assertFalse(Cache::getStore()->client()->isLocked('app_api'));
+        $mine = Cache::lock('api', 10, 'worker-7');
+        self::assertSame('worker-7', $mine->owner());
+        self::assertTrue($mine->get());
+        self::assertSame('worker-7', $mine->owner());
+        self::assertTrue(Cache::restoreLock('api', 'worker-7')->release());
     }
 
     public function testMisconfigurationsAreNamed(): void
