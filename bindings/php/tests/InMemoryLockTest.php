@@ -47,8 +47,8 @@ final class InMemoryLockTest extends LockContractTestCase
 
     public function testItRunsWithoutFfiOrTheLibrary(): void
     {
-        $result = Php::run(self::fixture('in-memory-without-ffi.php'), [], ['LEASEHOLD_LIBRARY' => '/nonexistent/libleasehold.so'],
-            30.0, ['-d', 'ffi.enable=0']);
+        $result = Php::run(self::fixture('in-memory-without-ffi.php'), [],
+            ['LEASEHOLD_LIBRARY' => '/nonexistent/libleasehold.so'], 30.0, ['-d', 'ffi.enable=0']);
         self::assertSame(0, $result['exit'], $result['stdout'] . $result['stderr']);
         self::assertSame("ok\n", $result['stdout'], $result['stderr']);
     }

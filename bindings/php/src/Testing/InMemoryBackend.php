@@ -29,7 +29,8 @@ final class InMemoryBackend
     /**
      * Live leases by slot (namespace + key), then token.
      *
-     * @var array<string, array<string, array{kind: string, fence: int, deadline: float, ttl: float, renewedFrom: ?float}>>
+     * @var array<string, array<string, array{kind: string, fence: int, deadline: float, ttl: float,
+     *     renewedFrom: ?float}>>
      */
     private array $leases = [];
 

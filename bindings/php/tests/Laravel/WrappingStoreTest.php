@@ -127,7 +127,8 @@ final class WrappingStoreTest extends LeaseholdTestCase
         } catch (\InvalidArgumentException $e) {
             self::assertStringContainsString("'loop' is a leasehold store", $e->getMessage());
         }
-        $app['config']->set('cache.stores.nothing', ['driver' => 'leasehold', 'store' => 'missing', 'url' => 'memory:']);
+        $app['config']->set('cache.stores.nothing',
+            ['driver' => 'leasehold', 'store' => 'missing', 'url' => 'memory:']);
         try {
             Cache::store('nothing');
             self::fail('an unknown wrapped store must be refused');

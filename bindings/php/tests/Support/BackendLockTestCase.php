@@ -6,7 +6,10 @@ namespace Leasehold\Tests\Support;
 
 use Leasehold\Client;
 
-/** The lock contract through the library against a real backend (each concrete class names its URL), plus what only the library has. */
+/**
+ * The lock contract through the library against a real backend (each concrete class names its URL), plus what only
+ * the library has.
+ */
 abstract class BackendLockTestCase extends LockContractTestCase
 {
     abstract protected function url(): string;
