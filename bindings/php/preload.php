@@ -37,9 +37,13 @@ foreach ([
     'Seconds',
     'Events',
     'Library',
-    'Client',
+    // Interfaces first, then the classes whose return types they narrow (Client's need Lock and Semaphore).
+    'LockInterface',
+    'SemaphoreInterface',
+    'ClientInterface',
     'Lock',
     'Semaphore',
+    'Client',
 ] as $class) {
     require_once __DIR__ . '/src/' . $class . '.php';
 }

@@ -17,7 +17,7 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/n
     || fail "PostgreSQL is not installed (Debian: apt-get install postgresql)"
 ls /usr/sbin/php-fpm* >/dev/null 2>&1 || command -v php-fpm >/dev/null || [[ -n "${PHP_FPM:-}" ]] \
     || fail "php-fpm is not installed (Debian: apt-get install php-fpm)"
-for ext in ffi pcntl posix pdo_sqlite; do
+for ext in ffi pcntl posix pdo_sqlite redis; do
     php -r "exit(extension_loaded('$ext') ? 0 : 1);" || fail "the PHP extension $ext is missing"
 done
 

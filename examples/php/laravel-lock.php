@@ -2,9 +2,11 @@
 
 declare(strict_types=1);
 
-// Laravel's Cache::lock() with Leasehold underneath: register LeaseholdServiceProvider and add a store
-//   'locks' => ['driver' => 'leasehold', 'url' => env('LEASEHOLD_URL')],
-// in config/cache.php. This script builds just enough of an application (container, config, cache) to run:
+// Laravel's Cache::lock() with Leasehold underneath: register LeaseholdServiceProvider and make the default store
+//   'leasehold' => ['driver' => 'leasehold', 'store' => 'redis', 'url' => env('LEASEHOLD_URL')],
+// in config/cache.php: cache items stay in the redis store, every lock (Cache::lock(), WithoutOverlapping,
+// ShouldBeUnique, the scheduler's mutexes) is a Leasehold lease. This script builds just enough of an application
+// (container, config, cache; the array store instead of redis) to run:
 //   LEASEHOLD_URL=redis://127.0.0.1:6379 php examples/php/laravel-lock.php
 
 $root = dirname(__DIR__, 2);
@@ -24,18 +26,20 @@ use Leasehold\Laravel\LeaseholdServiceProvider;
 
 $app = new Container();
 Container::setInstance($app);
-$app->instance('config', new Repository(['cache' => ['default' => 'locks', 'stores' => [
-    'locks' => [
+$app->instance('config', new Repository(['cache' => ['default' => 'leasehold', 'prefix' => 'example_', 'stores' => [
+    'leasehold' => [
         'driver' => 'leasehold',
+        'store' => 'array',
         'url' => getenv('LEASEHOLD_URL') ?: 'file://' . sys_get_temp_dir() . '/leasehold-example',
     ],
+    'array' => ['driver' => 'array'],
 ]]]));
 (new CacheServiceProvider($app))->register();
 (new LeaseholdServiceProvider($app))->register();
 Facade::setFacadeApplication($app);
 
 $name = 'podcast:' . ($argv[1] ?? '42') . ':process';
-$lock = Cache::store('locks')->lock($name, 120);
+$lock = Cache::lock($name, 120);                       // the lease's key is example_podcast:…:process
 if (!$lock->get()) {
     echo "someone else is processing it\n";
     exit(1);
@@ -49,3 +53,5 @@ printf("restoreLock()->release(): %s\n", Cache::restoreLock($name, $owner)->rele
 
 $result = Cache::lock($name, 10)->block(5, fn () => 'ran under the lock');   // native wait, not 250 ms polling
 echo $result, "\n";
+Cache::put('last-podcast', $name, 60);                   // cache items: the wrapped store's
+printf("cached: %s\n", Cache::get('last-podcast'));

@@ -16,7 +16,7 @@ use Leasehold\Exception\LockTimeoutException;
  * pcntl_fork() (the library opens the child's own connections), so php-fpm and forking queue workers may create
  * it before they fork.
  */
-final class Client
+final class Client implements ClientInterface
 {
     public const DEFAULT_TTL = 30.0;
     public const DEFAULT_WAIT = 10.0;

@@ -18,7 +18,7 @@ use Leasehold\Exception\LockLostException;
  *
  * For work longer than the TTL, keepAlive() lets the library renew the lease in the background while PHP works.
  */
-final class Lock
+final class Lock implements LockInterface
 {
     private ?\FFI\CData $lease = null;
     private int $ownerPid = 0;

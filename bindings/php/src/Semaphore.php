@@ -11,7 +11,7 @@ namespace Leasehold;
  * fence(), keepAlive(), the destructor releasing it), or null when every permit is taken. Expired permits (a
  * worker that died) come back at their TTL, judged by the backend's clock.
  */
-final class Semaphore
+final class Semaphore implements SemaphoreInterface
 {
     /** @internal use Client::createSemaphore() */
     public function __construct(

@@ -4,11 +4,11 @@ declare(strict_types=1);
 
 namespace Leasehold\Tests;
 
-use Leasehold\Tests\Support\LockContractTestCase;
+use Leasehold\Tests\Support\BackendLockTestCase;
 use Leasehold\Tests\Support\TempDir;
 
 /** The whole PHP API against the local backend (file://) in a private temp dir. */
-final class LocalLockTest extends LockContractTestCase
+final class LocalLockTest extends BackendLockTestCase
 {
     private static ?TempDir $dir = null;
 

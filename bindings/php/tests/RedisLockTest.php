@@ -7,12 +7,12 @@ namespace Leasehold\Tests;
 use Leasehold\Client;
 use Leasehold\Exception\BackendUnavailableException;
 use Leasehold\Exception\LeaseholdException;
-use Leasehold\Tests\Support\LockContractTestCase;
+use Leasehold\Tests\Support\BackendLockTestCase;
 use Leasehold\Tests\Support\Ports;
 use Leasehold\Tests\Support\RedisServer;
 
 /** The whole PHP API against a real redis-server the suite starts on a free loopback port. */
-final class RedisLockTest extends LockContractTestCase
+final class RedisLockTest extends BackendLockTestCase
 {
     protected function url(): string
     {

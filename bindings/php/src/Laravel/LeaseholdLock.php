@@ -8,7 +8,7 @@ use Illuminate\Cache\Lock as LaravelLock;
 use Illuminate\Contracts\Cache\LockTimeoutException;
 use Leasehold\Exception\InvalidArgumentException;
 use Leasehold\Exception\LockLostException;
-use Leasehold\Lock;
+use Leasehold\LockInterface;
 
 /**
  * Laravel's cache lock over a Leasehold lease: get(), block(), release(), owner(), forceRelease() as usual, plus
@@ -63,6 +63,13 @@ final class LeaseholdLock extends LaravelLock
     public function block($seconds, $callback = null)
     {
         $lock = $this->newLease();
+        if (is_string($seconds) && is_numeric($seconds)) {
+            $seconds = +$seconds;
+        }
+        // Laravel's block() makes one attempt when the time is already up (0 or less seconds): so does this.
+        if ((is_int($seconds) || is_float($seconds)) && $seconds < 0) {
+            $seconds = 0;
+        }
         if (!$lock->acquire($seconds)) {
             throw new LockTimeoutException(sprintf(
                 'lock "%s" was held elsewhere for all of the %s s waited',
@@ -126,6 +133,17 @@ final class LeaseholdLock extends LaravelLock
     }
 
     /**
+     * Whether $owner holds this lock's key: this lock's owner or a token from another process (one round trip
+     * confirms a token; Leasehold never reveals another holder's token).
+     *
+     * @param string $owner
+     */
+    public function isOwnedBy($owner)
+    {
+        return is_string($owner) && $owner !== '' && $this->store->held($this->name, $owner)?->isAcquired() === true;
+    }
+
+    /**
      * This lock's owner when it holds the key (Leasehold never reveals another holder's token), else ''. Local for
      * a lease taken in this process; one round trip for a token from elsewhere.
      */
@@ -135,13 +153,13 @@ final class LeaseholdLock extends LaravelLock
         return $lock !== null && $lock->isAcquired() ? $this->owner : '';
     }
 
-    private function newLease(): Lock
+    private function newLease(): LockInterface
     {
         $seconds = $this->seconds > 0 ? $this->seconds : $this->store->keepAliveTtl();
         return $this->store->client()->createLock($this->name, $seconds);
     }
 
-    private function adopt(Lock $lock): void
+    private function adopt(LockInterface $lock): void
     {
         if ($this->seconds <= 0) {
             $lock->keepAlive();

@@ -6,14 +6,21 @@ namespace Leasehold\Laravel;
 
 use Illuminate\Contracts\Cache\LockProvider;
 use Illuminate\Contracts\Cache\Store;
-use Leasehold\Client;
+use Leasehold\ClientInterface;
 use Leasehold\Exception\LockLostException;
-use Leasehold\Lock;
+use Leasehold\LockInterface;
 
 /**
- * A Laravel cache store whose only job is locks: `Cache::store('locks')->lock(...)`, `restoreLock()` and the
- * framework's UniqueLock accept it; every cache operation (get, put, increment, flush, …) throws a
- * \BadMethodCallException that says to keep cache items in another store.
+ * A Laravel cache store that takes every lock through Leasehold: `Cache::lock(...)`, `restoreLock()`, and so the
+ * framework's own locking (WithoutOverlapping job middleware, ShouldBeUnique, the scheduler's
+ * withoutOverlapping() and onOneServer() through LeaseholdEventMutex and LeaseholdSchedulingMutex).
+ *
+ * Cache items go to the cache store it wraps (`'store' => 'redis'` in its configuration): get, put, add,
+ * increment, flush, tags… are that store's, unchanged, so this store can be the application's default. Without a
+ * wrapped store every cache operation throws a \BadMethodCallException that says to keep items elsewhere.
+ *
+ * Lock names carry the prefix (`cache.prefix`, or the store's own 'prefix'), as Laravel's Redis locks do, so
+ * two applications on one backend do not share locks.
  *
  * Owners. Laravel names a lock's owner with a string of its choosing (Str::random() when none is given); a
  * Leasehold lease has a 32-hex token chosen by the library. So:
@@ -33,15 +40,20 @@ final class LeaseholdStore implements Store, LockProvider
 {
     private const TOKEN = '/^[0-9a-f]{32}$/D';
 
-    /** @var array<string, array<string, array{lock: Lock, pid: int}>> held leases by name, then owner */
+    /** @var array<string, array<string, array{lock: LockInterface, pid: int}>> held leases by name, then owner */
     private array $leases = [];
 
     /**
-     * @param float $keepAliveTtl seconds of the lease behind a lock of 0 seconds (renewed every third of it)
+     * @param ClientInterface $client       a Leasehold\Client, or a Testing\InMemoryClient in tests
+     * @param float           $keepAliveTtl seconds of the lease behind a lock of 0 seconds (renewed every third)
+     * @param Store|null      $cacheStore   where cache items go; null: cache operations are refused
+     * @param string          $prefix       put before every lock name
      */
     public function __construct(
-        private readonly Client $client,
+        private readonly ClientInterface $client,
         private readonly float $keepAliveTtl = 60.0,
+        private readonly ?Store $cacheStore = null,
+        private readonly string $prefix = '',
     ) {
         if (!($keepAliveTtl >= 0.003) || $keepAliveTtl > 7 * 24 * 3600.0) {
             throw new \InvalidArgumentException('keepalive_ttl must be from 0.003 s to 7 days, got ' . $keepAliveTtl);
@@ -55,7 +67,12 @@ final class LeaseholdStore implements Store, LockProvider
      */
     public function lock($name, $seconds = 0, $owner = null): LeaseholdLock
     {
-        return new LeaseholdLock($this, (string) $name, $seconds, $owner === null ? null : (string) $owner);
+        return new LeaseholdLock(
+            $this,
+            $this->prefix . $name,
+            $seconds,
+            $owner === null ? null : (string) $owner,
+        );
     }
 
     /**
@@ -70,9 +87,15 @@ final class LeaseholdStore implements Store, LockProvider
         return $this->lock($name, 0, $owner);
     }
 
-    public function client(): Client
+    public function client(): ClientInterface
     {
         return $this->client;
+    }
+
+    /** The store cache items go to, or null when this store only provides locks. */
+    public function cacheStore(): ?Store
+    {
+        return $this->cacheStore;
     }
 
     public function keepAliveTtl(): float
@@ -81,7 +104,7 @@ final class LeaseholdStore implements Store, LockProvider
     }
 
     /** @internal for LeaseholdLock: the lease $owner holds on $name, restored when the owner is a token. */
-    public function held(string $name, string $owner): ?Lock
+    public function held(string $name, string $owner): ?LockInterface
     {
         $entry = $this->leases[$name][$owner] ?? null;
         if ($entry !== null) {
@@ -108,7 +131,7 @@ final class LeaseholdStore implements Store, LockProvider
     }
 
     /** @internal for LeaseholdLock */
-    public function keep(string $name, string $owner, Lock $lock): void
+    public function keep(string $name, string $owner, LockInterface $lock): void
     {
         $this->prune();
         $this->leases[$name][$owner] = ['lock' => $lock, 'pid' => getmypid()];
@@ -142,55 +165,123 @@ final class LeaseholdStore implements Store, LockProvider
         }
     }
 
+    /**
+     * Releases the leases this process holds on $name (already prefixed), whoever owns them: for the scheduler's
+     * mutex, whose run ends where it began. False when it holds none.
+     *
+     * @internal for LeaseholdEventMutex
+     */
+    public function releaseHeld(string $name): bool
+    {
+        $released = false;
+        foreach (array_keys($this->leases[$name] ?? []) as $owner) {
+            $lock = $this->held($name, (string) $owner);
+            if ($lock === null) {
+                continue;
+            }
+            try {
+                $lock->release();
+                $released = true;
+            } catch (LockLostException) {
+                // Already ended: nothing of ours to release.
+            }
+            $this->drop($name, (string) $owner);
+        }
+        return $released;
+    }
+
     public function get($key)
     {
-        throw self::noCache('get');
+        return $this->items('get')->get($key);
     }
 
     public function many(array $keys)
     {
-        throw self::noCache('many');
+        return $this->items('many')->many($keys);
     }
 
     public function put($key, $value, $seconds)
     {
-        throw self::noCache('put');
+        return $this->items('put')->put($key, $value, $seconds);
     }
 
     public function putMany(array $values, $seconds)
     {
-        throw self::noCache('putMany');
+        return $this->items('putMany')->putMany($values, $seconds);
+    }
+
+    /**
+     * The wrapped store's own add() when it has one (atomic on Redis, Memcached, the database), else what
+     * Laravel's Repository does for such stores.
+     */
+    public function add($key, $value, $seconds)
+    {
+        $store = $this->items('add');
+        if (method_exists($store, 'add')) {
+            return $store->add($key, $value, $seconds);
+        }
+        return $store->get($key) === null ? $store->put($key, $value, $seconds) : false;
     }
 
     public function increment($key, $value = 1)
     {
-        throw self::noCache('increment');
+        return $this->items('increment')->increment($key, $value);
     }
 
     public function decrement($key, $value = 1)
     {
-        throw self::noCache('decrement');
+        return $this->items('decrement')->decrement($key, $value);
     }
 
     public function forever($key, $value)
     {
-        throw self::noCache('forever');
+        return $this->items('forever')->forever($key, $value);
     }
 
     public function forget($key)
     {
-        throw self::noCache('forget');
+        return $this->items('forget')->forget($key);
     }
 
     public function flush()
     {
-        throw self::noCache('flush');
+        return $this->items('flush')->flush();
     }
 
-    /** Key namespaces come from the Leasehold URL (`prefix=`), so this is always empty. */
+    /**
+     * The wrapped store's tagged cache (Redis, Memcached, array). Laravel's Repository only checks that this
+     * method exists, so a wrapped store without tags answers here, as Laravel does for such stores.
+     *
+     * @param array<int, string>|mixed $names
+     */
+    public function tags($names)
+    {
+        $store = $this->items('tags');
+        if (!method_exists($store, 'tags')) {
+            throw new \BadMethodCallException('This cache store does not support tagging.');
+        }
+        return $store->tags(is_array($names) ? $names : func_get_args());
+    }
+
+    /** The prefix lock names carry (Laravel's `cache.prefix` by default); '' when none is configured. */
     public function getPrefix()
     {
-        return '';
+        return $this->prefix;
+    }
+
+    /**
+     * Other methods of the wrapped store (RedisStore::connection(), setPrefix() on its items…), which Laravel's
+     * Repository forwards here.
+     *
+     * @param array<int, mixed> $arguments
+     */
+    public function __call(string $method, array $arguments): mixed
+    {
+        $store = $this->items($method);
+        if (!method_exists($store, $method)) {
+            throw new \BadMethodCallException(sprintf('Call to undefined method %s::%s()', $store::class, $method));
+        }
+        return $store->$method(...$arguments);
     }
 
     public function __destruct()
@@ -225,11 +316,13 @@ final class LeaseholdStore implements Store, LockProvider
         }
     }
 
-    private static function noCache(string $operation): \BadMethodCallException
+    /** The wrapped store, or the refusal that says how to configure one. */
+    private function items(string $operation): Store
     {
-        return new \BadMethodCallException(sprintf(
+        return $this->cacheStore ?? throw new \BadMethodCallException(sprintf(
             'The leasehold cache store only provides locks (lock(), restoreLock()); %s() is not supported. '
-            . 'Keep cache items in another store (redis, database, file).',
+            . "Keep cache items in another store (redis, database, file), or name it as this store's 'store' "
+            . 'to have it hold them.',
             $operation,
         ));
     }
@@ -238,24 +331,12 @@ final class LeaseholdStore implements Store, LockProvider
      * Leaves the lease on the backend until its TTL, as Laravel's lock stores do, instead of the release that
      * Leasehold\Lock's destructor would make; a kept-alive lease stops being renewed.
      */
-    private static function detach(Lock $lock): void
+    private static function detach(LockInterface $lock): void
     {
-        if (method_exists($lock, 'detach')) {
-            $lock->detach();
-            return;
-        }
         try {
-            if ($lock->keepsAlive()) {
-                $lock->keepAlive(false);
-            }
+            $lock->detach();
         } catch (\Throwable) {
-            // Best effort: the lease ends at its TTL either way.
+            // Best effort, from a destructor: the lease ends at its TTL either way.
         }
-        // Lock has no detach() yet: clearing its handle leaves its destructor nothing to release. The library's
-        // small handle is left allocated on purpose.
-        (function (): void {
-            $this->lease = null;
-            $this->ownerPid = 0;
-        })->call($lock);
     }
 }

@@ -4,10 +4,10 @@ declare(strict_types=1);
 
 namespace Leasehold\Symfony;
 
-use Leasehold\Client;
+use Leasehold\ClientInterface;
 use Leasehold\Exception\InvalidArgumentException as LeaseholdInvalidArgument;
 use Leasehold\Exception\LockLostException;
-use Leasehold\Lock;
+use Leasehold\LockInterface;
 use Symfony\Component\Lock\BlockingSharedLockStoreInterface;
 use Symfony\Component\Lock\BlockingStoreInterface;
 use Symfony\Component\Lock\Exception\InvalidArgumentException;
@@ -45,19 +45,20 @@ final class LeaseholdStore implements
     /** Upper bound of the library's TTLs and waits. */
     private const MAX_SECONDS = 7 * 24 * 3600.0;
 
-    /** @var array<string, array{lock: Lock, pid: int}> the leases taken or restored here, by token */
+    /** @var array<string, array{lock: LockInterface, pid: int}> the leases taken or restored here, by token */
     private array $leases = [];
 
     private bool $canRestore = true;
 
     /**
+     * @param ClientInterface $client a Leasehold\Client; in unit tests a Testing\InMemoryClient
      * @param float $initialTtl seconds a lease lasts after save() and waitAndSave(); Symfony's Lock then sets
      *                          its own TTL through putOffExpiration() (LockFactory's default: 300 s)
      * @param float $maxWait    seconds waitAndSave() waits at most (Symfony's blocking acquire has no timeout of
      *                          its own); then LockConflictedException
      */
     public function __construct(
-        private readonly Client $client,
+        private readonly ClientInterface $client,
         private readonly float $initialTtl = 300.0,
         private readonly float $maxWait = 300.0,
     ) {
@@ -174,7 +175,7 @@ final class LeaseholdStore implements
     }
 
     /** The read lease this Key holds here, refreshed; null when it holds none. */
-    private function readLease(Key $key): ?Lock
+    private function readLease(Key $key): ?LockInterface
     {
         $lock = $this->lease($key);
         if ($lock === null) {
@@ -300,7 +301,7 @@ final class LeaseholdStore implements
      * The lease $key holds through this store: from this process's table, or restored from the Key's state when
      * the Key came from another process. Null when it holds none.
      */
-    private function lease(Key $key): ?Lock
+    private function lease(Key $key): ?LockInterface
     {
         $state = self::state($key);
         if ($state === null) {
@@ -329,7 +330,7 @@ final class LeaseholdStore implements
         return $lock;
     }
 
-    private function hold(Key $key, Lock $lock): void
+    private function hold(Key $key, LockInterface $lock): void
     {
         $token = (string) $lock->token();
         $this->leases[$token] = ['lock' => $lock, 'pid' => getmypid()];
@@ -354,7 +355,7 @@ final class LeaseholdStore implements
     }
 
     /** After the network call: the Key may not outlive the lease, and an expired one is Symfony's failure. */
-    private function settle(Key $key, Lock $lock): void
+    private function settle(Key $key, LockInterface $lock): void
     {
         $key->reduceLifetime(max(0.0, (float) $lock->remainingLifetime()));
         $this->checkNotExpired($key);
@@ -399,7 +400,7 @@ final class LeaseholdStore implements
      * Leaves the lease on the backend until its TTL, as Symfony's network stores do, instead of the release
      * that Leasehold\Lock's destructor would make.
      */
-    private static function detach(Lock $lock): void
+    private static function detach(LockInterface $lock): void
     {
         if (method_exists($lock, 'detach')) {
             $lock->detach();

@@ -4,7 +4,7 @@ declare(strict_types=1);
 
 namespace Leasehold\Tests\Support;
 
-use Leasehold\Client;
+use Leasehold\ClientInterface;
 use PHPUnit\Framework\TestCase;
 
 abstract class LeaseholdTestCase extends TestCase
@@ -30,7 +30,7 @@ abstract class LeaseholdTestCase extends TestCase
         return (hrtime(true) - $start) / 1e9;
     }
 
-    protected static function assertHeldElsewhere(Client $client, string $key, string $message = ''): void
+    protected static function assertHeldElsewhere(ClientInterface $client, string $key, string $message = ''): void
     {
         $probe = $client->createLock($key, 5.0);
         self::assertFalse($probe->tryAcquire(), $message ?: 'the key should still be held');

@@ -12,11 +12,12 @@ final class Php
      *
      * @param list<string>          $args
      * @param array<string, string> $env  added to this process's environment
+     * @param list<string>          $phpOptions options for the php binary itself (e.g. -d ffi.enable=0)
      * @return array{process: resource, pipes: array<int, resource>, started: float}
      */
-    public static function start(string $script, array $args = [], array $env = []): array
+    public static function start(string $script, array $args = [], array $env = [], array $phpOptions = []): array
     {
-        $command = array_merge([PHP_BINARY, $script], $args);
+        $command = array_merge([PHP_BINARY], $phpOptions, [$script], $args);
         $process = proc_open($command, [0 => ['file', '/dev/null', 'r'], 1 => ['pipe', 'w'], 2 => ['pipe', 'w']],
             $pipes, null, array_merge(getenv(), $env));
         if ($process === false) {
@@ -63,10 +64,16 @@ final class Php
     /**
      * @param list<string>          $args
      * @param array<string, string> $env
+     * @param list<string>          $phpOptions
      * @return array{exit: int, stdout: string, stderr: string}
      */
-    public static function run(string $script, array $args = [], array $env = [], float $timeout = 120.0): array
-    {
-        return self::finish(self::start($script, $args, $env), $timeout);
+    public static function run(
+        string $script,
+        array $args = [],
+        array $env = [],
+        float $timeout = 120.0,
+        array $phpOptions = [],
+    ): array {
+        return self::finish(self::start($script, $args, $env, $phpOptions), $timeout);
     }
 }

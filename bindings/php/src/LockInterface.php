@@ -1,0 +1,95 @@
+<?php
+
+declare(strict_types=1);
+
+namespace Leasehold;
+
+/**
+ * A lease on one key: what code that takes a lock needs. Lock implements it over the library; the in-memory
+ * Testing\InMemoryLock implements it for unit tests. Type your own code against this interface (and
+ * ClientInterface) to test it without the FFI library or a backend.
+ *
+ * One object holds at most one lease at a time; release() on an object that holds none does nothing, so it is
+ * safe in `finally`.
+ */
+interface LockInterface
+{
+    /**
+     * One attempt. True: this object now holds the lease. False: someone else holds the key.
+     *
+     * @throws Exception\BackendUnavailableException
+     * @throws Exception\InvalidArgumentException this object already holds the lease, or the TTL is too large
+     */
+    public function tryAcquire(): bool;
+
+    /**
+     * Waits up to $wait seconds for the key; false when the wait ran out.
+     *
+     * @param int|float $wait seconds; 0 makes a single attempt
+     *
+     * @throws Exception\BackendUnavailableException
+     * @throws Exception\InvalidArgumentException
+     */
+    public function acquire(mixed $wait = Client::DEFAULT_WAIT): bool;
+
+    /**
+     * Gives the key back if this object holds it (compare-and-delete); does nothing when it holds no lease.
+     *
+     * @throws Exception\LockLostException the lease had ended (expired or taken over)
+     * @throws Exception\BackendUnavailableException
+     */
+    public function release(): void;
+
+    /**
+     * Makes the held lease end $ttl seconds from now (owner only).
+     *
+     * @param int|float|null $ttl seconds; null for this lock's TTL
+     *
+     * @throws Exception\LockLostException the lease had already ended
+     * @throws Exception\InvalidArgumentException this object holds no lease, or a bad $ttl
+     * @throws Exception\BackendUnavailableException
+     */
+    public function extend(mixed $ttl = null): void;
+
+    /**
+     * Background renewal of the held lease every third of its TTL, on or off.
+     *
+     * @throws Exception\InvalidArgumentException this object holds no lease
+     */
+    public function keepAlive(bool $enabled = true): void;
+
+    /** Why background renewal failed (LockLostException: final), or null while it is fine. */
+    public function keepAliveError(): ?Exception\LeaseholdException;
+
+    /** Whether keepAlive() is on for the held lease. */
+    public function keepsAlive(): bool;
+
+    /** Local check, no network call: this object holds a lease whose conservative deadline has not passed. */
+    public function isAcquired(): bool;
+
+    /** Seconds left on the held lease (0 or less once expired); null when this object holds none. */
+    public function remainingLifetime(): ?float;
+
+    /** The held lease's owner token (32 lowercase hex characters), or null. */
+    public function token(): ?string;
+
+    /** The held lease's fencing token (strictly increasing per key), or null. */
+    public function fence(): ?int;
+
+    public function key(): string;
+
+    /** True for a shared (read) lock. */
+    public function isShared(): bool;
+
+    /** The semaphore's size for a permit; null for a lock. */
+    public function permits(): ?int;
+
+    /** The TTL in seconds that acquire() and extend() use. */
+    public function ttl(): float;
+
+    /**
+     * Lets go of the held lease without releasing it: the key stays held until its TTL and can be picked up with
+     * ClientInterface::restoreLock(). Does nothing when this object holds no lease.
+     */
+    public function detach(): void;
+}
