@@ -439,8 +439,9 @@ void leasehold_lease_free(struct leasehold_lease *lease);
  * it — a Symfony `Key` serialized for another process, a Laravel lock restored elsewhere by its
  * owner — where freeing must not give the key back. The lease can still be picked up by key and
  * token with `leasehold_lease_restore`. On PostgreSQL advisory the lease's session is kept open
- * (it is the lock) until the session's idle timeout, the TTL, ends it. NULL is a no-op; in a fork()
- * child it does what `leasehold_lease_free` does there.
+ * (it is the lock) until the session's idle timeout, the TTL, ends it; it no longer counts against
+ * the client's `pool_size`, and the library closes its end at a later call once the TTL has passed.
+ * NULL is a no-op; in a fork() child it does what `leasehold_lease_free` does there.
  *
  * # Safety
  * `lease` is NULL or a live lease; it must not be used after this call.

@@ -38,6 +38,23 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
     /// What the backend can tell about a key without taking it.
     fn inspect(&self, key: &Key) -> Result<KeyInfo>;
 
+    /// Lets go of a lease without releasing it ([`crate::Lease::forget`], the C ABI's
+    /// `leasehold_lease_detach`): the key stays held until its TTL runs out. Called once, by the
+    /// process that acquired the lease, and never for a lease inherited across `fork()`. `ttl` is
+    /// the TTL the lease was last granted or extended for.
+    ///
+    /// The default leaks whatever state the lease carries: dropping it could give the key back
+    /// early (a closed session frees its locks), and a backend whose leases carry nothing loses
+    /// nothing. A backend whose lease holds a connection out of a bounded pool overrides this, so
+    /// that detached leases cannot use up the pool: it keeps the connection open, outside the pool,
+    /// until the TTL, and then closes it.
+    fn detach(&self, lease: &mut RawLease, ttl: Ttl) {
+        let _ = ttl;
+        if let Some(state) = lease.state.take() {
+            std::mem::forget(state);
+        }
+    }
+
     /// One attempt at a lease of any kind ([`LeaseKind`]): exclusive goes to
     /// [`LockBackend::try_acquire`]; a backend that offers shared locks or semaphores overrides this
     /// for those kinds and marks the lease with [`RawLease::with_kind`]. `release` and `extend` see

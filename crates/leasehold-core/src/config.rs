@@ -10,6 +10,7 @@ mod params;
 mod postgres;
 mod redis;
 
+pub use file::FILE_PARAMS;
 pub use postgres::{
     validate_table_name, PostgresConfig, PostgresLockMode, PostgresSslMode, DEFAULT_TABLE,
     POSTGRES_PARAMS,
@@ -62,8 +63,9 @@ pub struct Config {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum BackendConfig {
-    /// `file:///absolute/dir`
-    Local { dir: PathBuf },
+    /// `file:///absolute/dir[?single_host=true]`. `single_host`: the user vouches that no other host
+    /// writes the directory, so it is accepted on a file system not known to be local.
+    Local { dir: PathBuf, single_host: bool },
     /// `redis://` or `rediss://` (TLS)
     Redis { server: RedisServer, tls: bool },
     /// `redlock://h1,h2,h3[,…]` (`redlocks://` over TLS): N ≥ 3 independent masters sharing
@@ -117,7 +119,15 @@ impl Config {
     /// `scheme://host…` without credentials, for logs and error messages.
     pub fn describe(&self) -> String {
         match &self.backend {
-            BackendConfig::Local { dir } => format!("file://{}", dir.display()),
+            BackendConfig::Local { dir, single_host } => format!(
+                "file://{}{}",
+                dir.display(),
+                if *single_host {
+                    "?single_host=true"
+                } else {
+                    ""
+                }
+            ),
             BackendConfig::Redis { server, tls } => {
                 format!(
                     "{}://{server}/{}",
@@ -221,7 +231,7 @@ fn parse(url: &str) -> Result<Config> {
     let mut accepted: Vec<&str> = COMMON_PARAMS.to_vec();
     match kind {
         Scheme::Postgres => accepted.extend(POSTGRES_PARAMS),
-        Scheme::File => {}
+        Scheme::File => accepted.extend(FILE_PARAMS),
         Scheme::Redis { tls, topology } => {
             accepted.extend(REDIS_PARAMS);
             if tls {
@@ -262,7 +272,7 @@ fn parse(url: &str) -> Result<Config> {
         .map(read_password_file)
         .transpose()?;
     let backend = match kind {
-        Scheme::File => parse_file(before_query)?,
+        Scheme::File => parse_file(before_query, &query)?,
         Scheme::Postgres => BackendConfig::Postgres(parse_postgres(&scheme, before_query, &query)?),
         Scheme::Redis { topology, tls } => {
             let mut backend = parse_redis(topology, tls, before_query, &query)?;

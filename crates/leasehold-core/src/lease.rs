@@ -335,20 +335,24 @@ impl Lease {
         result
     }
 
-    /// Gives up the handle without releasing the key: the lease runs out at its TTL. For a process
-    /// that must not touch a lease it inherited (a `fork()` child) and for tests that simulate a crash.
-    /// Backend state (a connection) is leaked, not closed: it may be shared with another process.
+    /// Gives up the handle without releasing the key (detach): the key stays held until its TTL, and
+    /// keep-alive renewal stops. For frameworks whose locks outlive the object that took them (the C
+    /// ABI's `leasehold_lease_detach`), a process that must not touch a lease it inherited (a
+    /// `fork()` child) and tests that simulate a crash. What the lease holds on the client side (a
+    /// PostgreSQL advisory lease's session) is the backend's to keep until the TTL and then close
+    /// ([`LockBackend::detach`]); it no longer counts against the client's `pool_size`.
     pub fn forget(self) {
         if self.is_inherited() {
             return; // Drop leaves an inherited lease alone.
         }
         {
             let mut state = self.cell.lock();
+            if !state.released {
+                let ttl = state.ttl;
+                self.cell.backend.detach(&mut state.raw, ttl);
+            }
             state.released = true;
             state.keep_alive = false;
-            if let Some(s) = state.raw.state.take() {
-                std::mem::forget(s);
-            }
             self.cell.publish(&state);
         }
         drop(self);

@@ -275,6 +275,22 @@ impl<M: ManageConnection> PooledConnection<M> {
             self.pool.returned().notify_one();
         }
     }
+
+    /// Takes the connection out of the pool for good: it no longer counts against `max_size` (a
+    /// waiting checkout may open another at once), and the caller owns it, open, until it drops it.
+    /// For a connection that must outlive its use without occupying the pool (a session that holds a
+    /// detached lease until its TTL). `None` in a process that inherited it through `fork()`: there
+    /// it is parked, untouched, as drop would.
+    pub fn detach(mut self) -> Option<M::Connection> {
+        let conn = self.conn.take()?;
+        if self.is_inherited() {
+            crate::fork::keep_forever(conn);
+            return None;
+        }
+        self.pool.lock().open -= 1;
+        self.pool.returned().notify_one();
+        Some(conn)
+    }
 }
 
 impl<M: ManageConnection> Deref for PooledConnection<M> {
@@ -440,6 +456,22 @@ mod tests {
         let c = pool.get_timeout(Duration::from_millis(20)).unwrap();
         c.discard();
         assert_eq!(pool.open_connections(), 0);
+    }
+
+    #[test]
+    fn a_detached_connection_frees_its_slot_and_stays_open() {
+        let pool = Pool::new(Counter::default(), 1);
+        let kept = pool
+            .get_timeout(Duration::from_millis(20))
+            .unwrap()
+            .detach()
+            .expect("owned by this process");
+        assert_eq!(kept.0, 0);
+        assert_eq!(pool.open_connections(), 0);
+        let next = pool.get_timeout(Duration::from_millis(20)).unwrap();
+        assert_eq!(next.0, 1, "a new connection in the freed slot");
+        drop(next);
+        assert_eq!(pool.open_connections(), 1);
     }
 
     /// A server that accepts but never answers: each connect uses its whole budget and fails.

@@ -5,7 +5,8 @@
 //! (another local user could otherwise pre-create it, for example in a world-writable `/tmp`). It
 //! is opened once, and every record is reached relative to that descriptor (`openat`), so renaming
 //! or replacing the path later cannot redirect us to a directory that was never checked. It must
-//! be on a local file system: records tell boots apart by the kernel's boot id, which only means
+//! be on a file system known to be local ([`LOCAL_FILE_SYSTEMS`]), unless the URL vouches for it
+//! with `single_host=true`: records tell boots apart by the kernel's boot id, which only means
 //! "an earlier boot" when every writer runs on this host.
 
 use crate::file::io_error;
@@ -16,32 +17,108 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-/// File systems whose files other hosts can reach: boot ids and `CLOCK_BOOTTIME` are per host and
-/// inotify does not see remote changes, so records there could wrongly count as free.
-const NETWORK_FILE_SYSTEMS: &[(u64, &str)] = &[
-    (0x6969, "nfs"),
-    (0x517b, "smb"),
-    (0xff53_4d42, "cifs"),
-    (0xfe53_4d42, "smb2"),
-    (0x0102_1997, "9p"),
-    (0x00c3_6400, "ceph"),
-    (0x5346_414f, "afs"),
-    (0x6b41_4653, "afs"),
-    (0x7375_7245, "coda"),
-    (0x0bd0_0bd0, "lustre"),
-    (0x0116_1970, "gfs2"),
-    (0x7461_636f, "ocfs2"),
+/// File systems known to be local to this host: the kernel's own block-device and memory file
+/// systems, which no other host writes while this one has them mounted. Only these are accepted
+/// without `single_host=true`: records tell boots apart by this host's boot id, deadlines are on
+/// its `CLOCK_BOOTTIME`, and waiters are woken by inotify, which sees only this host's changes, so
+/// two hosts sharing a directory could both hold one key. An allowlist rather than a list of network
+/// file systems, because the shared ones are too many to name: every FUSE file system (sshfs, s3fs,
+/// GlusterFS, JuiceFS, ceph-fuse, virtiofs) reports one magic number, and new cluster and
+/// shared-folder file systems keep appearing. Magic numbers from linux/magic.h, OpenZFS, bcachefs
+/// and JFS.
+const LOCAL_FILE_SYSTEMS: &[(u64, &str)] = &[
+    (0xef53, "ext2/ext3/ext4"),
+    (0x5846_5342, "xfs"),
+    (0x9123_683e, "btrfs"),
+    (0xca45_1a4e, "bcachefs"),
+    (0x2fc1_2fc1, "zfs"),
+    (0xf2f5_2010, "f2fs"),
+    (0x3153_464a, "jfs"),
+    (0x5265_4973, "reiserfs"),
+    (0x3434, "nilfs2"),
+    (0x0102_1994, "tmpfs"),
+    (0x8584_58f6, "ramfs"),
+    // A container's root: its upper layer, where records are written, cannot be a network file
+    // system.
+    (0x794c_7630, "overlayfs"),
+    (0x4d44, "vfat"),
+    (0x2011_bab0, "exfat"),
 ];
+
+/// Names of file systems that are refused (and what they are, where the name does not say), so the
+/// error can say what the directory is on.
+const OTHER_FILE_SYSTEMS: &[(u64, &str, &str)] = &[
+    (
+        0x6573_5546,
+        "fuse",
+        "sshfs, s3fs, GlusterFS, JuiceFS, ceph-fuse, virtiofs, ntfs-3g, …",
+    ),
+    (0x6969, "nfs", ""),
+    (0x517b, "smb", ""),
+    (0xff53_4d42, "cifs", ""),
+    (0xfe53_4d42, "smb2", ""),
+    (0x0102_1997, "9p", ""),
+    (0x00c3_6400, "ceph", ""),
+    (0x5346_414f, "afs", ""),
+    (0x6b41_4653, "afs", ""),
+    (0x7375_7245, "coda", ""),
+    (0x0bd0_0bd0, "lustre", ""),
+    (0x0116_1970, "gfs2", ""),
+    (0x7461_636f, "ocfs2", ""),
+    (0x4750_4653, "gpfs", ""),
+    (0x1983_0326, "beegfs", ""),
+    (0x2003_0528, "orangefs", ""),
+    (0xaad7_aaea, "panfs", ""),
+    (0x6163_6673, "acfs", ""),
+    (0xbeef_dead, "stornext", ""),
+    (0x0131_11a8, "ibrix", ""),
+    (0x786f_4256, "vboxsf", "a VirtualBox shared folder"),
+    (0xbacb_acbc, "vmhgfs", "a VMware shared folder"),
+    (0x7c7c_6673, "prl_fs", "a Parallels shared folder"),
+    (0x5346_4846, "wslfs", ""),
+    (0x00c0_ffee, "hostfs", ""),
+    (0xf15f, "ecryptfs", "stacked on another file system"),
+    (0x6175_6673, "aufs", "stacked on other file systems"),
+    (0x5346_544e, "ntfs", ""),
+    (0x482b, "hfs+", ""),
+];
+
+/// Whether the lock directory `path` may be on a file system of type `magic` (`statfs`'s `f_type`):
+/// one [known to be local](LOCAL_FILE_SYSTEMS), or any when the URL says `single_host=true`.
+pub(crate) fn check_file_system(path: &Path, magic: u64, single_host: bool) -> Result<()> {
+    if single_host || LOCAL_FILE_SYSTEMS.iter().any(|(m, _)| *m == magic) {
+        return Ok(());
+    }
+    let path = path.display();
+    let what = match OTHER_FILE_SYSTEMS.iter().find(|(m, _, _)| *m == magic) {
+        Some((_, name, "")) => format!("a {name} file system (magic {magic:#x})"),
+        Some((_, name, what)) => format!("a {name} file system (magic {magic:#x}: {what})"),
+        None => format!("a file system of unknown type (magic {magic:#x})"),
+    };
+    let local: Vec<&str> = LOCAL_FILE_SYSTEMS.iter().map(|(_, name)| *name).collect();
+    Err(Error::invalid(format!(
+        "the lock directory {path} is on {what}, which Leasehold does not know to be local to \
+         this host. The local backend needs a directory that only this host writes (boot ids, \
+         CLOCK_BOOTTIME and inotify are per host): through a shared one, two hosts could hold \
+         one key. Use a directory on a local file system ({}) or a network backend (redis://, \
+         postgres://); or, if no other host ever writes this directory (ntfs-3g on a local disk, \
+         fuse-overlayfs), vouch for it by adding `?single_host=true` to the file:// URL",
+        local.join(", ")
+    )))
+}
 
 #[derive(Debug)]
 pub(crate) struct Dir {
     path: PathBuf,
     fd: OwnedFd,
+    /// The URL vouches that no other host writes the directory (`single_host=true`).
+    single_host: bool,
 }
 
 impl Dir {
     /// Creates `path` (mode 0700, parents too) if it is missing, opens it and checks it is safe.
-    pub(crate) fn open(path: &Path) -> Result<Dir> {
+    /// `single_host`: the user vouches that no other host writes it, whatever its file system.
+    pub(crate) fn open(path: &Path, single_host: bool) -> Result<Dir> {
         create(path)?;
         let c_path = c_string(path)?;
         // SAFETY: `c_path` is NUL-terminated and lives for the call.
@@ -59,6 +136,7 @@ impl Dir {
         let dir = Dir {
             path: path.to_owned(),
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            single_host,
         };
         dir.check()?;
         Ok(dir)
@@ -93,18 +171,21 @@ impl Dir {
         }
         let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
         // SAFETY: `fs` is a valid, writable statfs for the call; the descriptor is open.
-        if unsafe { libc::fstatfs(self.fd.as_raw_fd(), &mut fs) } == 0 {
-            // f_type is a signed word whose width differs between targets; magic numbers are 32 bits.
-            let kind = (fs.f_type as u64) & 0xffff_ffff;
-            if let Some((_, name)) = NETWORK_FILE_SYSTEMS.iter().find(|(m, _)| *m == kind) {
-                return Err(Error::invalid(format!(
-                    "the lock directory {path} is on a network or cluster file system ({name}); the \
-                     local backend needs a local one (boot ids, CLOCK_BOOTTIME and inotify are per \
-                     host). Use a local directory, or a network backend (redis://, postgres://)"
-                )));
+        if unsafe { libc::fstatfs(self.fd.as_raw_fd(), &mut fs) } != 0 {
+            if self.single_host {
+                return Ok(());
             }
+            let err = std::io::Error::last_os_error();
+            return Err(io_error(
+                "cannot tell which file system holds the lock directory (add `?single_host=true` \
+                 to the file:// URL if no other host writes it)",
+                &self.path,
+                &err,
+            ));
         }
-        Ok(())
+        // f_type is a signed word whose width differs between targets; magic numbers are 32 bits.
+        let kind = (fs.f_type as u64) & 0xffff_ffff;
+        check_file_system(&self.path, kind, self.single_host)
     }
 
     pub(crate) fn path(&self) -> &Path {
@@ -241,4 +322,80 @@ fn writable_dir(path: &Path) -> bool {
     };
     // SAFETY: `c_path` is NUL-terminated and lives for the call.
     path.is_dir() && unsafe { libc::access(c_path.as_ptr(), libc::W_OK | libc::X_OK) } == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FUSE: u64 = 0x6573_5546;
+    const TMPFS: u64 = 0x0102_1994;
+    const EXT4: u64 = 0xef53;
+
+    fn refusal(magic: u64) -> String {
+        let err = check_file_system(Path::new("/shared/locks"), magic, false)
+            .expect_err(&format!("{magic:#x} accepted"));
+        assert_eq!(err.kind(), leasehold_core::ErrorKind::InvalidArgument);
+        err.to_string()
+    }
+
+    #[test]
+    fn a_fuse_directory_is_refused_by_name_and_magic() {
+        // sshfs, s3fs, GlusterFS, JuiceFS, CephFS through ceph-fuse, virtiofs shares: all FUSE,
+        // all reachable from other hosts. The first version only refused twelve named network file
+        // systems, and accepted these.
+        let msg = refusal(FUSE);
+        assert!(msg.contains("0x65735546"), "{msg}");
+        assert!(msg.contains("fuse"), "{msg}");
+        assert!(msg.contains("single_host=true"), "says how to vouch: {msg}");
+        assert!(msg.contains("/shared/locks"), "{msg}");
+    }
+
+    #[test]
+    fn shared_and_unknown_file_systems_are_refused() {
+        for (magic, name) in [
+            (0x4750_4653, "gpfs"),
+            (0x1983_0326, "beegfs"),
+            (0x786f_4256, "vboxsf"),
+            (0xbacb_acbc, "vmhgfs"),
+            (0x7c7c_6673, "prl_fs"),
+            (0x2003_0528, "orangefs"),
+            (0x6969, "nfs"),
+            (0xff53_4d42, "cifs"),
+        ] {
+            let msg = refusal(magic);
+            assert!(msg.contains(name), "{magic:#x}: {msg}");
+            assert!(msg.contains(&format!("{magic:#x}")), "{msg}");
+        }
+        // A type nobody listed is refused too, by its magic number.
+        let msg = refusal(0x1234_5678);
+        assert!(msg.contains("0x12345678"), "{msg}");
+    }
+
+    #[test]
+    fn local_file_systems_are_accepted() {
+        for magic in [
+            EXT4,
+            TMPFS,
+            0x5846_5342, // xfs
+            0x9123_683e, // btrfs
+            0x2fc1_2fc1, // zfs
+            0xf2f5_2010, // f2fs
+            0x5265_4973, // reiserfs
+            0x3153_464a, // jfs
+            0x794c_7630, // overlayfs
+            0x8584_58f6, // ramfs
+        ] {
+            check_file_system(Path::new("/var/lock/app"), magic, false)
+                .unwrap_or_else(|e| panic!("{magic:#x} refused: {e}"));
+        }
+    }
+
+    #[test]
+    fn single_host_vouches_for_any_file_system() {
+        for magic in [FUSE, 0x1234_5678, 0x6969] {
+            check_file_system(Path::new("/mnt/ntfs/locks"), magic, true)
+                .unwrap_or_else(|e| panic!("{magic:#x} refused though vouched for: {e}"));
+        }
+    }
 }

@@ -212,7 +212,7 @@ mod tests {
     #[test]
     fn the_mark_round_trips_and_only_rises() {
         let tmp = tempfile::tempdir().expect("temp dir");
-        let dir = Dir::open(tmp.path()).unwrap();
+        let dir = Dir::open(tmp.path(), false).unwrap();
         let later = Instant::now() + std::time::Duration::from_secs(5);
         let (mark, other) = (Mark::default(), Mark::default());
         assert_eq!(mark.get(&dir, later).unwrap(), 0);

@@ -51,8 +51,9 @@
 //!   the first waiter taking the key.
 //!
 //! The directory is created with mode 0700 if it is missing; an existing one must belong to this
-//! process's effective user and not be writable by group or others, and must be on a local file
-//! system (see `dir`); files are created 0600. So one directory serves the processes of one user on
+//! process's effective user and not be writable by group or others, and must be on a file system
+//! known to be local (ext4, xfs, btrfs, tmpfs, …; see `dir`) unless the URL vouches that no other
+//! host writes it (`single_host=true`); files are created 0600. So one directory serves the processes of one user on
 //! one host, in one time namespace. [`default_dir`] says where locks go when no URL is given, and
 //! why. A record deleted while its key is held (by hand, or by a cleaner in a directory that is
 //! aged) does let a second holder in: keep lock directories out of aged places such as `/tmp`.
@@ -126,15 +127,16 @@ struct Sweep {
 impl LocalBackend {
     /// Opens the directory a `file://` configuration names, creating it (mode 0700) if it is
     /// missing. `InvalidArgument` if it belongs to another user, is writable by group or others,
-    /// is on a network file system, or was used by an older Leasehold (record format 1).
+    /// is on a file system not known to be local (unless the URL says `single_host=true`), or was
+    /// used by an older Leasehold (record format 1).
     pub fn open(config: &Config) -> Result<LocalBackend> {
-        let BackendConfig::Local { dir } = &config.backend else {
+        let BackendConfig::Local { dir, single_host } = &config.backend else {
             return Err(Error::invalid(format!(
                 "the local backend needs a file:// URL, not {}",
                 config.describe()
             )));
         };
-        let dir = Dir::open(dir)?;
+        let dir = Dir::open(dir, *single_host)?;
         for old in FORMAT_1_FILES {
             if dir.identity_of(old).is_ok() {
                 return Err(old_format_error(dir.path(), &dir.join(old), 1));

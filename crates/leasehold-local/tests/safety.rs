@@ -105,6 +105,58 @@ fn unsafe_directories_are_refused_and_files_are_private() {
     }
 }
 
+/// The type of the file system holding `dir` (`statfs`'s magic number).
+fn file_system_of(dir: &Path) -> u64 {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers for the call.
+    assert_eq!(unsafe { libc::statfs(c_path.as_ptr(), &mut fs) }, 0);
+    (fs.f_type as u64) & 0xffff_ffff
+}
+
+/// The local backend accepts only file systems it knows to be local (a FUSE mount, a shared folder
+/// or a cluster file system is refused; `dir`'s unit tests go through the magic numbers). These are
+/// the real ones of this machine: the temp dir's (a disk file system) and a tmpfs.
+#[test]
+fn directories_on_local_file_systems_are_accepted() {
+    const TMPFS: u64 = 0x0102_1994;
+    let disk = temp_dir("local-fs-disk");
+    eprintln!(
+        "temp dir {}: file system {:#x}",
+        disk.path().display(),
+        file_system_of(disk.path())
+    );
+    let lease = client(&disk.file_url()).try_acquire("fs", LONG).unwrap();
+    lease.release().unwrap();
+    let mut tmpfs_tried = false;
+    for base in ["/dev/shm", "/run/lock", "/run/user"] {
+        let base = Path::new(base);
+        if !base.is_dir() || file_system_of(base) != TMPFS {
+            continue;
+        }
+        let Ok(dir) = tempfile::Builder::new()
+            .prefix("leasehold-test-tmpfs-")
+            .tempdir_in(base)
+        else {
+            continue;
+        };
+        let lease = client(&dir.file_url()).try_acquire("fs", LONG).unwrap();
+        lease.release().unwrap();
+        tmpfs_tried = true;
+        break;
+    }
+    if !tmpfs_tried {
+        eprintln!("no writable tmpfs: only the temp dir's file system was tried");
+    }
+    // Vouching is accepted on a local file system too (it only widens what is accepted).
+    let url = format!("{}?single_host=true", disk.file_url());
+    let lease = client(&url).try_acquire("fs", LONG).unwrap();
+    lease.release().unwrap();
+    let err = Config::parse(&format!("{}?single_host=1", disk.file_url())).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+}
+
 #[test]
 fn the_default_directory_is_private_to_the_user_and_not_aged() {
     let dir = leasehold_local::default_dir();

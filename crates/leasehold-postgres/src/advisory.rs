@@ -7,7 +7,7 @@
 //! The fence is drawn after the lock is granted, in the same round trip ([`fence_expr`]).
 
 use crate::lock_id::{lock_id, semaphore_internal, semaphore_slot_sql};
-use crate::session::{describe, last_value, number, Conn, Failure, Pools, Prepared};
+use crate::session::{describe, keep_detached, last_value, number, Conn, Failure, Pools, Prepared};
 use crate::waiting::{bounded_wait, enter_queue, join_queue, unlock_all, wait_at_head, Attempt};
 use crate::{acquiring, call_rows, timed, with_session, Ask};
 use leasehold_core::wait::held_elsewhere;
@@ -258,6 +258,24 @@ impl Advisory {
                 lease.state = Some(Box::new(held));
                 Err(err)
             }
+        }
+    }
+
+    /// Lets go of the lease without releasing it: its session holds the lock, so it is kept open
+    /// until the TTL (the server ends it then too, at its idle timeout) and then closed, outside the
+    /// pool, so detached leases never use up `pool_size`.
+    pub fn detach(&self, lease: &mut RawLease, ttl: Ttl) {
+        let Ok(Some(held)) = take_held(lease) else {
+            // Nothing held, or a parent's session (take_held has parked it, untouched).
+            return;
+        };
+        if held.dead {
+            // A call on it timed out: the lease was lost already. Closing frees what it may hold.
+            return;
+        }
+        let Held { conn, .. } = held;
+        if let Some(session) = conn.detach() {
+            keep_detached(session, lease.deadline(), ttl.drift());
         }
     }
 

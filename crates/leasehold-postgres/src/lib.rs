@@ -79,7 +79,11 @@
 //! * One pooled session per held advisory lease and per waiter (both modes): `pool_size` (default 16)
 //!   bounds how many a client holds or waits for at once; beyond it, calls wait up to the connect
 //!   timeout and then give `Unavailable`. Each advisory lease is one server connection: mind
-//!   `max_connections`.
+//!   `max_connections`. A detached advisory lease (`Lease::forget`, C `leasehold_lease_detach`)
+//!   keeps its session, and so its lock, until its TTL, but outside the pool: detaching never uses
+//!   up `pool_size`. The client closes its end at a later call once the TTL (plus its drift
+//!   allowance and a second) has passed; the server has ended the session at its idle timeout by
+//!   then.
 //! * Conflicts never raise an error on the server (table mode) and never touch a caller's own
 //!   transaction: Leasehold uses sessions of its own, in autocommit. A wait that times out in
 //!   advisory mode is one `lock_timeout` error in the server log.
@@ -364,6 +368,14 @@ impl LockBackend for PostgresBackend {
         }
     }
 
+    fn detach(&self, lease: &mut RawLease, ttl: Ttl) {
+        match &self.mode {
+            Mode::Advisory(a) => a.detach(lease, ttl),
+            // A table lease lives in its row; its state only names the process that took it.
+            Mode::Table(_) => drop(lease.state.take()),
+        }
+    }
+
     fn inspect(&self, key: &Key) -> Result<KeyInfo> {
         let prefixed = key.prefixed(&self.prefix);
         match &self.mode {
@@ -474,4 +486,32 @@ fn fence_sequence(session: &mut Session, deadline: Deadline) -> std::result::Res
     Ok(last_value(&rows, 0)
         .and_then(|t| t.parse().ok())
         .unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasehold_testkit::{unique_key, PostgresServer};
+
+    #[test]
+    fn a_detached_session_is_closed_once_its_ttl_has_passed() {
+        let url = PostgresServer::shared()
+            .url_with("lock=advisory&pool_size=1&connect_timeout_ms=2000&io_timeout_ms=2000");
+        let config = Config::parse(&url).expect("test URL");
+        let client = leasehold_core::Client::new(PostgresBackend::connect(&config).unwrap());
+        let ttl = Duration::from_millis(300);
+        client
+            .try_acquire(unique_key("reap"), ttl)
+            .expect("acquire")
+            .forget();
+        assert_eq!(session::detached_sessions(), 1, "kept open: it is the lock");
+        // Past the TTL, its drift allowance and the margin, the next checkout closes it.
+        std::thread::sleep(ttl + Duration::from_millis(1400));
+        client
+            .try_acquire(unique_key("reap-next"), ttl)
+            .expect("acquire")
+            .release()
+            .expect("release");
+        assert_eq!(session::detached_sessions(), 0, "closed after its TTL");
+    }
 }

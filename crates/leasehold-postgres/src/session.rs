@@ -14,10 +14,14 @@
 
 use crate::tls::{Connector, Tls};
 use leasehold_core::config::PostgresSslMode;
+use leasehold_core::fork::PerProcess;
 use leasehold_core::pool::{ManageConnection, Pool, PoolError, PooledConnection};
 use leasehold_core::{Deadline, Error, Result};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
 use tokio_postgres::config::Host;
@@ -272,6 +276,77 @@ impl Session {
             Failure::Pg(e) => self.is_closed() || e.is_closed() || is_fatal(e),
         }
     }
+}
+
+impl Session {
+    /// Closes the session without waiting for its Terminate message to go out: for a session the
+    /// server has most likely ended already, closed from inside a caller's bounded call.
+    fn close_at_once(mut self) {
+        self.timed_out = true;
+        drop(self);
+    }
+}
+
+/// How long after a detached lease's TTL its session is closed on the client side. The server ends
+/// the session by itself at its idle timeout (the TTL, counted from the end of the last statement,
+/// so a little after the lease's local deadline); closing later than that only frees the client's
+/// end, while closing earlier would free the key before its TTL.
+const DETACHED_MARGIN: Duration = Duration::from_secs(1);
+
+/// Sessions of detached advisory leases, by when they may be closed. Each is the lock it holds, so it
+/// stays open until its lease's TTL; then it is closed by the next checkout of any pool in this
+/// process ([`reap_detached`]), since nothing else runs between calls (sessions start no threads).
+///
+/// Kept outside every pool so detaching cannot use one up (a persistent php-fpm client detaches on
+/// every request), and per process rather than per client so the key stays held until its TTL even
+/// after the client that took it is freed, as detaching promises. A `fork()` child gets a list of its
+/// own and never closes its parent's sessions.
+static DETACHED: PerProcess<Mutex<BTreeMap<(Instant, u64), Session>>> = PerProcess::new();
+static DETACHED_SEQ: AtomicU64 = AtomicU64::new(0);
+
+fn detached() -> MutexGuard<'static, BTreeMap<(Instant, u64), Session>> {
+    DETACHED
+        .get(|| Mutex::new(BTreeMap::new()))
+        .0
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// Keeps `session`, which holds a detached lease's lock, open until `deadline` (the lease's local
+/// deadline) plus `drift` (the allowance taken off it) and [`DETACHED_MARGIN`]: by then the server has
+/// ended it at its idle timeout.
+pub(crate) fn keep_detached(session: Session, deadline: Instant, drift: Duration) {
+    let until = deadline
+        .checked_add(drift.saturating_add(DETACHED_MARGIN))
+        .unwrap_or(deadline);
+    let seq = DETACHED_SEQ.fetch_add(1, Ordering::Relaxed);
+    detached().insert((until, seq), session);
+    reap_detached();
+}
+
+/// Closes the sessions of detached leases whose time is up.
+pub(crate) fn reap_detached() {
+    let now = Instant::now();
+    let due = {
+        let mut kept = detached();
+        match kept.first_key_value() {
+            Some((&(until, _), _)) if until <= now => {
+                let later = kept.split_off(&(now, u64::MAX));
+                std::mem::replace(&mut *kept, later)
+            }
+            _ => return,
+        }
+    };
+    // Closed outside the lock, each without a grace period: the call reaping them is bounded.
+    for session in due.into_values() {
+        session.close_at_once();
+    }
+}
+
+/// Sessions of detached leases kept open now in this process.
+#[cfg(test)]
+pub(crate) fn detached_sessions() -> usize {
+    detached().len()
 }
 
 impl Drop for Session {
@@ -680,6 +755,7 @@ impl Pools {
     /// A session from the pool, by `deadline`.
     pub fn get(&self, deadline: Deadline) -> Result<Conn> {
         let started = std::time::Instant::now();
+        reap_detached();
         self.pool.get(deadline).map_err(|e| match e {
             PoolError::Connect(cause) => self.unavailable(format!(
                 "cannot open a PostgreSQL session within {} ms: {cause}",

@@ -3,6 +3,7 @@
 //! TLS schemes (`tls_ca_file`, a client certificate, `tls_insecure`), and a record of which
 //! connections are known to be broken so the pool drops them instead of handing them out again.
 
+use crate::wire::Wire;
 use leasehold_core::config::{Config, RedisServer, TlsOptions};
 use leasehold_core::{Deadline, Error};
 use redis::io::tcp::TcpSettings;
@@ -135,6 +136,64 @@ impl Tls {
         self.insecure
     }
 
+    /// rustls's configuration: the CA file's certificates (else the system's trust store), the
+    /// client certificate if one is set, and no checks at all with `tls_insecure`.
+    fn client_config(&self) -> Result<Arc<rustls::ClientConfig>, RedisError> {
+        let invalid = |what: &str, e: &dyn std::fmt::Display| {
+            RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "TLS configuration",
+                format!("{what}: {e}"),
+            ))
+        };
+        let certificates = self.certificates.as_ref();
+        let mut roots = rustls::RootCertStore::empty();
+        match certificates.and_then(|c| c.root_cert.as_ref()) {
+            Some(pem) => {
+                for cert in CertificateDer::pem_slice_iter(pem) {
+                    let cert = cert.map_err(|e| invalid("tls_ca_file", &e))?;
+                    roots.add(cert).map_err(|e| invalid("tls_ca_file", &e))?;
+                }
+            }
+            None => {
+                let mut found = rustls_native_certs::load_native_certs();
+                if let Some(e) = found.errors.pop() {
+                    return Err(invalid("the system trust store", &e));
+                }
+                for cert in found.certs {
+                    roots
+                        .add(cert)
+                        .map_err(|e| invalid("the system trust store", &e))?;
+                }
+            }
+        }
+        let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
+        let mut config = match certificates.and_then(|c| c.client_tls.as_ref()) {
+            Some(client) => {
+                let chain = CertificateDer::pem_slice_iter(&client.client_cert)
+                    .collect::<std::result::Result<Vec<_>, _>>()
+                    .map_err(|e| invalid("tls_cert_file", &e))?;
+                let key = PrivateKeyDer::from_pem_slice(&client.client_key)
+                    .map_err(|_| invalid("tls_key_file", &"holds no PEM private key"))?;
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| invalid("tls_cert_file and tls_key_file", &e))?
+            }
+            None => builder.with_no_client_auth(),
+        };
+        if self.insecure {
+            // As redis-rs does for its insecure mode: no SNI, no certificate check.
+            config.enable_sni = false;
+            let supported = rustls::crypto::CryptoProvider::get_default()
+                .map(|p| p.signature_verification_algorithms)
+                .ok_or_else(|| invalid("TLS", &"no crypto provider"))?;
+            config
+                .dangerous()
+                .set_certificate_verifier(Arc::new(NoVerification { supported }));
+        }
+        Ok(Arc::new(config))
+    }
+
     /// Where the server's certificate must chain to, for messages.
     fn roots(&self) -> String {
         match &self.ca_file {
@@ -146,7 +205,7 @@ impl Tls {
 
 /// A pooled connection and what we know about its health.
 pub struct Conn {
-    pub(crate) inner: redis::Connection,
+    pub(crate) inner: Wire,
     /// Set after an error that may have left the socket mid-response: the pool must drop it.
     pub(crate) broken: bool,
     /// The pool generation this connection was made in (see [`Manager::generation`]).
@@ -154,8 +213,6 @@ pub struct Conn {
     /// When the connection was made, so a failure on one that sat idle in the pool (and may have
     /// gone stale there) can be told from a failure on one made for this very call.
     pub(crate) made: Instant,
-    /// The socket's read and write timeout now (see [`Conn::bound_io`]).
-    pub(crate) timeout: Duration,
 }
 
 impl std::fmt::Debug for Conn {
@@ -174,6 +231,8 @@ pub struct Manager {
     port: u16,
     redis: RedisConnectionInfo,
     settings: ConnectSettings,
+    /// rustls's configuration for the TLS schemes, built once.
+    tls_config: Option<Arc<rustls::ClientConfig>>,
     /// Bumped when a connection finds the server gone (it restarted, say): every connection made
     /// before that moment is presumed dead too and is dropped at its next checkout, so a restart
     /// costs one failed call, not one per pooled connection.
@@ -195,10 +254,12 @@ impl Manager {
         if let Some(password) = &server.password {
             redis = redis.set_password(password.expose());
         }
+        let tls_config = settings.tls.as_ref().map(Tls::client_config).transpose()?;
         let manager = Manager {
             host: server.host.clone(),
             port: server.port,
             redis,
+            tls_config,
             settings,
             generation: Arc::new(AtomicU64::new(0)),
         };
@@ -265,30 +326,29 @@ impl Manager {
     /// redis-rs the name, which it verifies the certificate against, and its handshake reads each
     /// get the whole remaining timeout (a server sending slowly could stretch them): the whole TLS
     /// connect runs on a short-lived thread that the caller stops waiting for at the deadline.
-    fn open(&self, budget: Duration) -> Result<redis::Connection, RedisError> {
+    fn open(&self, budget: Duration) -> Result<Wire, RedisError> {
         let deadline = Deadline::after(budget);
-        if self.unix_path().is_some() {
-            // A local socket needs no lookup; the connect itself is bounded by what is left.
-            return self
-                .client(self.addr(&self.host))
-                .and_then(|c| c.get_connection_with_timeout(deadline.cap(budget)));
-        }
-        if self.settings.tls.is_some() {
-            return self.open_tls(deadline);
+        if let Some(path) = self.unix_path() {
+            // A local socket needs no lookup; AUTH and SELECT are bounded by what is left.
+            return Wire::unix(path, &self.redis, deadline.instant());
         }
         let addrs = leasehold_core::resolve::resolve(&self.host, self.port, deadline)
             .map_err(|e| io_error(std::io::ErrorKind::NotFound, e.message()))?;
+        // rustls takes an IPv6 literal without its brackets.
+        let name = self.host.trim_start_matches('[').trim_end_matches(']');
         let mut last = None;
         for addr in addrs {
-            let left = deadline.remaining();
-            if left.is_zero() {
+            if deadline.is_past() {
                 break;
             }
-            match self
-                .client(self.addr(&addr.ip().to_string()))
-                .and_then(|c| c.get_connection_with_timeout(left))
-            {
-                Ok(conn) => return Ok(conn),
+            let wire = match &self.tls_config {
+                Some(config) => {
+                    Wire::tls(addr, name, config.clone(), &self.redis, deadline.instant())
+                }
+                None => Wire::tcp(addr, &self.redis, deadline.instant()),
+            };
+            match wire {
+                Ok(wire) => return Ok(wire),
                 Err(e) => last = Some(e),
             }
         }
@@ -298,32 +358,6 @@ impl Manager {
                 &format!("connect to {}:{} timed out", self.host, self.port),
             )
         }))
-    }
-
-    fn open_tls(&self, deadline: Deadline) -> Result<redis::Connection, RedisError> {
-        // rustls takes an IPv6 literal without its brackets.
-        let name = self.host.trim_start_matches('[').trim_end_matches(']');
-        let client = self.client(self.addr(name))?;
-        let left = deadline.remaining();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
-            .name("leasehold-connect".into())
-            .spawn(move || {
-                let _ = tx.send(client.get_connection_with_timeout(left));
-            })
-            .map_err(RedisError::from)?;
-        match rx.recv_timeout(left) {
-            Ok(result) => result,
-            Err(_) => Err(io_error(
-                std::io::ErrorKind::TimedOut,
-                &format!(
-                    "connect to {}:{} took longer than {} ms",
-                    self.host,
-                    self.port,
-                    left.as_millis()
-                ),
-            )),
-        }
     }
 
     /// `err`, met while connecting or on a connection's first commands, with what it most likely
@@ -434,17 +468,16 @@ impl leasehold_core::pool::ManageConnection for Manager {
                  read and change this connection, passwords and locks included"
             );
         }
-        let inner = self
+        let mut inner = self
             .open(budget.min(self.settings.connect_timeout))
             .map_err(|e| self.explain(e))?;
-        inner.set_read_timeout(Some(self.settings.io_timeout))?;
-        inner.set_write_timeout(Some(self.settings.io_timeout))?;
+        // Every call sets its own budget first (`Conn::bound_io`); until then, one I/O timeout.
+        inner.set_budget(self.settings.io_timeout)?;
         Ok(Conn {
             inner,
             broken: false,
             generation,
             made: Instant::now(),
-            timeout: self.settings.io_timeout,
         })
     }
 
@@ -460,16 +493,53 @@ impl leasehold_core::pool::ManageConnection for Manager {
 }
 
 impl Conn {
-    /// Sets the socket's read and write timeouts to `io`, or less when the operation's deadline is
-    /// nearer, so a command never outlives the operation. Only a change costs a system call.
+    /// Bounds the call about to be made to `io` from now, or less when the operation's deadline is
+    /// nearer, so a command never outlives the operation: every read and write of the call draws
+    /// on that one budget, however slowly the reply comes (see `wire`).
     pub(crate) fn bound_io(&mut self, io: Duration, deadline: Deadline) -> RedisResult<()> {
         let want = deadline.cap(io).max(Duration::from_millis(1));
-        if want != self.timeout {
-            self.inner.set_read_timeout(Some(want))?;
-            self.inner.set_write_timeout(Some(want))?;
-            self.timeout = want;
-        }
-        Ok(())
+        self.inner.set_budget(want)
+    }
+}
+
+/// `tls_insecure=true`: every certificate is accepted (each connection says so in the log).
+#[derive(Debug)]
+struct NoVerification {
+    supported: rustls::crypto::WebPkiSupportedAlgorithms,
+}
+
+impl rustls::client::danger::ServerCertVerifier for NoVerification {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        _message: &[u8],
+        _cert: &CertificateDer<'_>,
+        _dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        _message: &[u8],
+        _cert: &CertificateDer<'_>,
+        _dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.supported.supported_schemes()
     }
 }
 

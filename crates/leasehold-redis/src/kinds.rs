@@ -27,9 +27,10 @@ use crate::scripts::{
     SHARED_ACQUIRE_SCRIPT,
 };
 use crate::topology::Topology;
+use crate::wire::Wire;
 use leasehold_core::wait::held_elsewhere;
 use leasehold_core::{Deadline, Error, Key, KeyInfo, LeaseKind, RawLease, Result, Token, Ttl};
-use redis::{Connection, RedisResult, Script};
+use redis::{RedisResult, Script};
 use std::time::{Duration, Instant};
 
 /// One acquire script's outcome.
@@ -84,7 +85,7 @@ pub(crate) fn lost(key: &Key, kind: LeaseKind) -> Error {
 /// only after it). Should the script need loading there, the load uses up the flag and the
 /// script's second send is answered `ASK` again, which the topology follows once more: by then
 /// the script is loaded.
-fn asking(c: &mut Connection, via: Via) -> RedisResult<()> {
+fn asking(c: &mut Wire, via: Via) -> RedisResult<()> {
     if via.asking {
         redis::cmd("ASKING").query::<()>(c)?;
     }
@@ -103,7 +104,7 @@ impl Single<'_> {
         keys: &RedisKeys,
         what: &str,
         deadline: Deadline,
-        mut f: impl FnMut(&Node, &mut Connection) -> RedisResult<T>,
+        mut f: impl FnMut(&Node, &mut Wire) -> RedisResult<T>,
     ) -> Result<T> {
         self.topology.run(keys, deadline, |node, via| {
             node.call_routed(what, deadline, |c| {

@@ -84,6 +84,7 @@ mod redlock;
 mod scripts;
 mod single;
 mod topology;
+mod wire;
 
 pub use connection::ConnectSettings;
 pub use redlock::RedlockBackend;

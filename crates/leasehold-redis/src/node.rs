@@ -4,8 +4,9 @@
 //!
 //! Every call is bounded by the operation's one [`Deadline`]: the pool checkout, the connect, a
 //! resend on a fresh connection after a stale one and the command itself all take only what is left
-//! of it (a command's read and write timeouts are the I/O timeout, or less near the deadline; a
-//! `BLPOP` gets its block time on top, within the same deadline).
+//! of it (a command gets the I/O timeout, or less near the deadline, for all of its reads and
+//! writes together, however slowly the reply comes; a `BLPOP` gets its block time on top, within
+//! the same deadline).
 
 use crate::connection::{Conn, ConnectSettings, Manager};
 use crate::errors::{breaks_connection, from_pool, from_redis, is_dropped};
@@ -13,12 +14,13 @@ use crate::keys::RedisKeys;
 use crate::scripts::{
     ACQUIRE_SCRIPT, ALL, EXTEND_SCRIPT, INSPECT_SCRIPT, RAISE_FENCE_SCRIPT, RELEASE_SCRIPT,
 };
+use crate::wire::Wire;
 use leasehold_core::config::RedisServer;
 use leasehold_core::pool::{ManageConnection, Pool, PooledConnection};
 use leasehold_core::{Deadline, Error, KeyInfo, Result, Token, Ttl};
 use redis::{
-    from_redis_value, Connection, ConnectionLike, ErrorKind, FromRedisValue, RedisError,
-    RedisResult, Script, ServerErrorKind, Value,
+    from_redis_value, ConnectionLike, ErrorKind, FromRedisValue, RedisError, RedisResult, Script,
+    ServerErrorKind, Value,
 };
 use std::fmt;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -259,18 +261,20 @@ impl<'a> ScriptCall<'a> {
     /// it.
     fn send<T: FromRedisValue>(
         &self,
-        c: &mut Connection,
+        c: &mut Wire,
         via: Via,
         wait: Option<(u32, u64)>,
     ) -> RedisResult<(T, Option<i64>)> {
         let mut loaded = false;
+        // The WAIT sent with this attempt: after a refused script, a shorter one or none.
+        let mut wait_now = wait;
         loop {
             let mut packed = Vec::with_capacity(self.body.len() + 96);
             if via.asking {
                 packed.extend_from_slice(b"*1\r\n$6\r\nASKING\r\n");
             }
             self.write_evalsha(&mut packed);
-            if let Some((replicas, ms)) = wait {
+            if let Some((replicas, ms)) = wait_now {
                 packed.extend(
                     redis::cmd("WAIT")
                         .arg(replicas)
@@ -278,7 +282,7 @@ impl<'a> ScriptCall<'a> {
                         .get_packed_command(),
                 );
             }
-            let count = 1 + usize::from(via.asking) + usize::from(wait.is_some());
+            let count = 1 + usize::from(via.asking) + usize::from(wait_now.is_some());
             let reply = if count == 1 {
                 // The common case: one reply, no vector of them.
                 c.req_packed_command(&packed)
@@ -297,11 +301,23 @@ impl<'a> ScriptCall<'a> {
                     // load it and send again (an `ASK` target gets `ASKING` again too).
                     self.script.load(c)?;
                     loaded = true;
+                    // The WAIT sent behind the refused script still waited, for nothing. The
+                    // resend's gets only what is left of the call, less one server timer tick
+                    // (a WAIT ends on the server's timer), so the call still ends within its
+                    // bound; with no room for one, the write goes unconfirmed (and is given
+                    // back by the caller).
+                    if let Some((replicas, ms)) = wait_now {
+                        let left = c.remaining();
+                        let room = left.saturating_sub(SERVER_TIMER_SLACK);
+                        wait_now = (!room.is_zero()).then(|| (replicas, ms.min(millis(room))));
+                    }
                 }
                 Err(e) => return Err(e),
                 Ok((value, mut rest)) => {
-                    let acked = match (wait, rest.as_mut()) {
+                    let acked = match (wait_now, rest.as_mut()) {
                         (Some(_), Some(rest)) => Some(from_redis_value::<i64>(ok(rest.next())?)?),
+                        // Asked for, but no time was left to wait for replicas: none confirmed.
+                        _ if wait.is_some() => Some(0),
                         _ => None,
                     };
                     return Ok((from_redis_value::<T>(value)?, acked));
@@ -694,7 +710,7 @@ impl Node {
         &self,
         what: &str,
         deadline: Deadline,
-        f: impl FnMut(&mut Connection) -> RedisResult<T>,
+        f: impl FnMut(&mut Wire) -> RedisResult<T>,
     ) -> Result<T> {
         self.run(&self.pool, what, deadline, f)
             .map_err(Failure::into_error)
@@ -705,7 +721,7 @@ impl Node {
         &self,
         what: &str,
         deadline: Deadline,
-        f: impl FnMut(&mut Connection) -> RedisResult<T>,
+        f: impl FnMut(&mut Wire) -> RedisResult<T>,
     ) -> std::result::Result<T, Failure> {
         self.run(&self.pool, what, deadline, f)
     }
@@ -774,7 +790,7 @@ impl Node {
         let checkout = deadline.min(Deadline::after(block.min(self.settings.connect_timeout)));
         let got = self.run(&self.waiters, "wait", checkout, |c| {
             let read_timeout = deadline.cap(read_timeout).max(Duration::from_millis(1));
-            c.set_read_timeout(Some(read_timeout))?;
+            c.set_budget(read_timeout)?;
             let popped: Option<(Value, Value)> = redis::cmd("BLPOP")
                 .arg(signal)
                 .arg(blpop_timeout(server_block))
@@ -808,7 +824,7 @@ impl Node {
         pool: &Pool<Manager>,
         what: &str,
         deadline: Deadline,
-        f: impl FnMut(&mut Connection) -> RedisResult<T>,
+        f: impl FnMut(&mut Wire) -> RedisResult<T>,
     ) -> std::result::Result<T, Failure> {
         self.run_io(pool, what, deadline, self.settings.io_timeout, f)
     }
@@ -820,7 +836,7 @@ impl Node {
         what: &str,
         deadline: Deadline,
         io: Duration,
-        mut f: impl FnMut(&mut Connection) -> RedisResult<T>,
+        mut f: impl FnMut(&mut Wire) -> RedisResult<T>,
     ) -> std::result::Result<T, Failure> {
         let started = Instant::now();
         // A checkout (which retries a refused connect) takes at most the connect timeout, so a dead
@@ -963,7 +979,7 @@ fn major_version(info: &str) -> Option<u32> {
 
 /// Loads every script (which also proves the server answers, accepts our credentials and lets us
 /// run Lua), so the first calls need no NOSCRIPT round trip.
-fn load_scripts(conn: &mut Connection) -> RedisResult<()> {
+fn load_scripts(conn: &mut Wire) -> RedisResult<()> {
     for script in ALL {
         script.load(conn)?;
     }

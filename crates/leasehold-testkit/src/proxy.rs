@@ -31,6 +31,10 @@ pub enum Fault {
     DropReplies,
     /// Forward one byte at a time, this long apart, both directions: a peer that answers half a reply.
     SlowDrip(Duration),
+    /// Forward requests as they come, and replies one byte at a time, this long apart: a server (or
+    /// proxy) that answers, but so slowly that no single read ever waits long. A client that bounds
+    /// each read instead of the whole call never gives up on it.
+    SlowDripReplies(Duration),
     /// Reset every new connection at once (open ones are left alone; see [`FaultProxy::reset_all`]).
     Refuse,
 }
@@ -297,14 +301,20 @@ fn pump(mut from: TcpStream, mut to: &TcpStream, dir: Direction, shared: &Shared
             Fault::DropReplies if dir == Direction::Reply => true,
             Fault::DropReplies => to.write_all(data).is_ok(),
             Fault::Latency(d) => sleep_unless_stopped(d, shared) && to.write_all(data).is_ok(),
-            Fault::SlowDrip(d) => data
-                .iter()
-                .all(|b| to.write_all(&[*b]).is_ok() && sleep_unless_stopped(d, shared)),
+            Fault::SlowDrip(d) => drip(data, to, d, shared),
+            Fault::SlowDripReplies(d) if dir == Direction::Reply => drip(data, to, d, shared),
+            Fault::SlowDripReplies(_) => to.write_all(data).is_ok(),
         };
         if !ok {
             return;
         }
     }
+}
+
+/// Writes `data` one byte at a time, `d` apart. False if a write failed or the proxy was dropped.
+fn drip(data: &[u8], mut to: &TcpStream, d: Duration, shared: &Shared) -> bool {
+    data.iter()
+        .all(|b| to.write_all(&[*b]).is_ok() && sleep_unless_stopped(d, shared))
 }
 
 /// False if the proxy was dropped meanwhile.

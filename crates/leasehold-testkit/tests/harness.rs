@@ -281,6 +281,16 @@ fn the_proxy_does_each_fault() {
         t.elapsed()
     );
 
+    // Replies only: the request goes through at once, "+PONG\r\n" trickles in 20 ms a byte.
+    proxy.set(Fault::SlowDripReplies(Duration::from_millis(20)));
+    let t = Instant::now();
+    assert_eq!(send(&addr, &["PING"], Duration::from_secs(2)), "+PONG\r\n");
+    assert!(
+        t.elapsed() >= Duration::from_millis(120),
+        "{:?}",
+        t.elapsed()
+    );
+
     proxy.set(Fault::Refuse);
     assert_eq!(send(&addr, &["PING"], short), "");
 

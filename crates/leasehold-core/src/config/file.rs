@@ -1,11 +1,17 @@
 //! `file:///absolute/dir`: the local backend's directory.
 
-use super::params::{decode, invalid};
+use super::params::{decode, invalid, Query};
 use super::BackendConfig;
 use crate::error::Result;
 use std::path::PathBuf;
 
-pub(super) fn parse_file(rest: &str) -> Result<BackendConfig> {
+/// Parameters of `file://` URLs besides the common ones.
+///
+/// `single_host=true`: the user vouches that no other host writes the directory, so the local
+/// backend accepts it on a file system it does not know to be local (ntfs-3g, fuse-overlayfs, …).
+pub const FILE_PARAMS: &[&str] = &["single_host"];
+
+pub(super) fn parse_file(rest: &str, query: &Query<'_>) -> Result<BackendConfig> {
     // rest is "host/path"; only an empty host or localhost makes sense for files on this machine.
     let slash = rest.find('/').unwrap_or(rest.len());
     let (host, path) = rest.split_at(slash);
@@ -23,7 +29,18 @@ pub(super) fn parse_file(rest: &str) -> Result<BackendConfig> {
     if path.contains('\0') {
         return Err(invalid("the directory in a file:// URL contains NUL"));
     }
+    let single_host = match query.get("single_host") {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(invalid(format!(
+                "`single_host` must be `true` or `false`, got `{}`",
+                other.escape_debug()
+            )))
+        }
+    };
     Ok(BackendConfig::Local {
         dir: PathBuf::from(path),
+        single_host,
     })
 }

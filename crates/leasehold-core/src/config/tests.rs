@@ -14,7 +14,8 @@ fn file_urls() {
     assert_eq!(
         c.backend,
         BackendConfig::Local {
-            dir: "/tmp/locks".into()
+            dir: "/tmp/locks".into(),
+            single_host: false,
         }
     );
     assert_eq!(c.prefix, DEFAULT_PREFIX);
@@ -23,12 +24,42 @@ fn file_urls() {
     assert_eq!(
         c.backend,
         BackendConfig::Local {
-            dir: "/tmp/a b".into()
+            dir: "/tmp/a b".into(),
+            single_host: false,
         }
     );
     assert_eq!(c.prefix, "x:");
     err("file://relative/dir");
     err("file:///");
+}
+
+#[test]
+fn file_urls_take_single_host() {
+    let c = Config::parse("file:///mnt/ntfs/locks?single_host=true&prefix=a:").unwrap();
+    assert_eq!(
+        c.backend,
+        BackendConfig::Local {
+            dir: "/mnt/ntfs/locks".into(),
+            single_host: true,
+        }
+    );
+    assert_eq!(c.describe(), "file:///mnt/ntfs/locks?single_host=true");
+    let c = Config::parse("file:///x?single_host=false").unwrap();
+    assert!(matches!(
+        c.backend,
+        BackendConfig::Local {
+            single_host: false,
+            ..
+        }
+    ));
+    assert!(err("file:///x?single_host=yes").contains("`true` or `false`"));
+    // Unknown parameters stay errors, and name the accepted ones, this one among them.
+    let msg = err("file:///x?singlehost=true");
+    assert!(msg.contains("singlehost"), "{msg}");
+    assert!(msg.contains("single_host"), "{msg}");
+    assert!(msg.contains("io_timeout_ms"), "{msg}");
+    // It is a file:// parameter only.
+    assert!(err("redis://h?single_host=true").contains("single_host"));
 }
 
 #[test]

@@ -62,7 +62,7 @@ pub(crate) fn run<T>(
             mut conn,
             packed,
         } = r;
-        let step = match conn.inner.send_packed_command(&packed) {
+        let step = match conn.inner.send(&packed) {
             Ok(()) => Step::Sent(conn),
             Err(e) => settle_failure(node, &mut conn, &e, what, deadline),
         };
@@ -74,7 +74,7 @@ pub(crate) fn run<T>(
         .map(|(index, node, step)| {
             let step = match step {
                 Step::Sent(mut conn) => match rebound(node, &mut conn, sent, deadline)
-                    .and_then(|()| conn.inner.recv_response())
+                    .and_then(|()| conn.inner.recv())
                 {
                     Ok(Value::ServerError(e)) => {
                         settle_failure(node, &mut conn, &e.into(), what, deadline)
