@@ -62,7 +62,7 @@ impl Timeout {
         set: impl FnOnce(Duration) -> io::Result<()>,
     ) -> io::Result<()> {
         let left = left(deadline)?;
-        if !self.0.is_some_and(|t| t <= left.saturating_add(SLACK)) {
+        if self.0.is_none_or(|t| t > left.saturating_add(SLACK)) {
             set(left)?;
             self.0 = Some(left);
         }
