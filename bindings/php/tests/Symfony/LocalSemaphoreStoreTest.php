@@ -1,0 +1,25 @@
+<?php
+
+declare(strict_types=1);
+
+namespace Leasehold\Tests\Symfony;
+
+use Leasehold\Client;
+use Leasehold\ClientInterface;
+use Leasehold\Tests\Support\Backend;
+
+final class LocalSemaphoreStoreTest extends SemaphoreStoreTestCase
+{
+    private static ?Backend $backend = null;
+
+    protected function client(): ClientInterface
+    {
+        self::$backend ??= Backend::local();
+        return Client::connect(self::$backend->url);
+    }
+
+    protected function elapse(float $seconds): void
+    {
+        usleep((int) ($seconds * 1e6));
+    }
+}
