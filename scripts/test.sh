@@ -28,6 +28,9 @@ php_modules() { php -m 2>/dev/null || true; }
 grep -qix pdo_sqlite <<<"$(php_modules)" || missing+=(php-sqlite3)
 grep -qix redis <<<"$(php_modules)" || missing+=(php-redis)
 [ -d /usr/share/php/Symfony/Component/Lock ] || missing+=(php-symfony-lock)
+[ -d /usr/share/php/Symfony/Component/Semaphore ] || missing+=(php-symfony-semaphore)
+[ -d /usr/share/php/Symfony/Component/Console ] || missing+=(php-symfony-console)
+[ -d /usr/share/php/Symfony/Component/Messenger ] || missing+=(php-symfony-messenger)
 [ -d /usr/share/php/Illuminate/Cache ] || missing+=(php-laravel-framework)
 # Packaging and the install recipes (tests/packages/run.sh).
 command -v composer >/dev/null || missing+=(composer)

@@ -24,6 +24,10 @@ done
 # The framework adapters' tests load Debian's packages from PHP's include_path (no Composer registry needed).
 php -r "exit(stream_resolve_include_path('Symfony/Component/Lock/autoload.php') ? 0 : 1);" \
     || fail "symfony/lock is not installed (Debian: apt-get install php-symfony-lock)"
+for component in Semaphore Console Messenger; do
+    php -r "exit(stream_resolve_include_path('Symfony/Component/$component/autoload.php') ? 0 : 1);" \
+        || fail "symfony/${component,,} is not installed (Debian: apt-get install php-symfony-${component,,})"
+done
 php -r "exit(stream_resolve_include_path('Illuminate/autoload.php') ? 0 : 1);" \
     || fail "the Laravel framework is not installed (Debian: apt-get install php-laravel-framework)"
 
