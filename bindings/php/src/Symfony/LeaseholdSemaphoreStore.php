@@ -30,6 +30,8 @@ use Symfony\Component\Semaphore\PersistingStoreInterface;
  * keeps its permits until their TTL, even after this object or the process ends (as with RedisStore); Symfony's
  * Semaphore deletes on destruction when autoRelease is on. In a pcntl_fork() child, the parent's Keys are not
  * held and are never touched.
+ *
+ * Declares the return types of symfony/semaphore 7.x, which 5.4's untyped interface accepts.
  */
 final class LeaseholdSemaphoreStore implements PersistingStoreInterface
 {
@@ -50,7 +52,7 @@ final class LeaseholdSemaphoreStore implements PersistingStoreInterface
      * @throws SemaphoreAcquiringException the semaphore has fewer free permits than the Key's weight
      * @throws InvalidArgumentException    a TTL that is not above 0 (or above a week), a limit above 65535
      */
-    public function save(Key $key, float $ttlInSecond)
+    public function save(Key $key, float $ttlInSecond): void
     {
         self::checkTtl($ttlInSecond);
         $this->prune();
@@ -108,7 +110,7 @@ final class LeaseholdSemaphoreStore implements PersistingStoreInterface
      *
      * @throws \Leasehold\Exception\BackendUnavailableException
      */
-    public function delete(Key $key)
+    public function delete(Key $key): void
     {
         $id = self::id($key);
         $permits = $this->permits($key);
@@ -156,7 +158,7 @@ final class LeaseholdSemaphoreStore implements PersistingStoreInterface
      * @throws SemaphoreExpiredException the Key holds nothing here, or one of its permits was lost (the others
      *                                   are then given back)
      */
-    public function putOffExpiration(Key $key, float $ttlInSecond)
+    public function putOffExpiration(Key $key, float $ttlInSecond): void
     {
         self::checkTtl($ttlInSecond);
         $permits = $this->permits($key);
