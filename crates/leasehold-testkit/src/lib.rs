@@ -7,6 +7,7 @@
 
 pub mod checker;
 mod fork;
+mod mariadb;
 pub mod history;
 mod port;
 mod postgres;
@@ -17,6 +18,7 @@ mod tempdir;
 pub use checker::{check, CheckConfig, FencedStore, Report};
 pub use fork::in_child;
 pub use history::{History, Op, OpKind, Outcome, Snapshot};
+pub use mariadb::{MariaDbServer, MARIADB_DATABASE, MARIADB_PASSWORD, MARIADB_USER};
 pub use port::free_port;
 pub use postgres::PostgresServer;
 pub use proxy::{Fault, FaultCycler, FaultProxy};
