@@ -32,7 +32,8 @@ pub mod conformance;
 pub use backend::{KeyInfo, LockBackend};
 pub use client::Client;
 pub use config::{
-    BackendConfig, Config, MysqlConfig, MysqlLockMode, PostgresConfig, PostgresLockMode, RedisServer,
+    BackendConfig, Config, MysqlConfig, MysqlLockMode, PostgresConfig, PostgresLockMode,
+    RedisServer,
 };
 pub use deadline::Deadline;
 pub use error::{Error, ErrorKind, Result};

@@ -51,7 +51,9 @@ mod waiting;
 pub use names::lock_name;
 
 use leasehold_core::config::{BackendConfig, MysqlLockMode};
-use leasehold_core::{Config, Error, Key, KeyInfo, LeaseKind, LockBackend, RawLease, Result, Token, Ttl};
+use leasehold_core::{
+    Config, Error, Key, KeyInfo, LeaseKind, LockBackend, RawLease, Result, Token, Ttl,
+};
 use named::Named;
 use session::{call, Pools};
 use std::fmt;
@@ -114,7 +116,10 @@ impl MysqlBackend {
             Some(mysql::Value::Bytes(b)) => String::from_utf8_lossy(b).into_owned(),
             _ => String::new(),
         };
-        tracing::debug!("leasehold-mysql: connected to {} ({version})", config.describe());
+        tracing::debug!(
+            "leasehold-mysql: connected to {} ({version})",
+            config.describe()
+        );
         let mode = match my.mode {
             MysqlLockMode::Table => {
                 let table = Table::new(&my.table);

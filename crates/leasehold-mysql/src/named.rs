@@ -54,10 +54,22 @@ impl Named {
                expires_us BIGINT NOT NULL DEFAULT 0) ENGINE=InnoDB",
             self.fences
         );
-        call(pools, deadline, &sql, &format!("creating the table {}", self.fences)).map(drop)
+        call(
+            pools,
+            deadline,
+            &sql,
+            &format!("creating the table {}", self.fences),
+        )
+        .map(drop)
     }
 
-    pub fn acquire(&self, pools: &Pools, ask: &Ask, kind: LeaseKind, wait: Duration) -> Result<RawLease> {
+    pub fn acquire(
+        &self,
+        pools: &Pools,
+        ask: &Ask,
+        kind: LeaseKind,
+        wait: Duration,
+    ) -> Result<RawLease> {
         let deadline = pools.acquire(wait);
         match kind {
             LeaseKind::Shared => Err(Error::invalid(
@@ -125,7 +137,11 @@ impl Named {
         deadline: Deadline,
     ) -> Result<Attempt<RawLease>> {
         let f = &self.fences;
-        let list = names.iter().map(|n| quoted(n)).collect::<Vec<_>>().join(", ");
+        let list = names
+            .iter()
+            .map(|n| quoted(n))
+            .collect::<Vec<_>>()
+            .join(", ");
         let cases: String = names
             .iter()
             .enumerate()
@@ -164,7 +180,9 @@ impl Named {
                 }
             }
             (None, None) => {
-                let left = answers[2].int(0).map(|us| Duration::from_micros(us.max(0) as u64));
+                let left = answers[2]
+                    .int(0)
+                    .map(|us| Duration::from_micros(us.max(0) as u64));
                 return Ok(Attempt::Held(left));
             }
         };
@@ -190,7 +208,11 @@ impl Named {
             wt = wait_timeout(ask.ttl),
             fr = quoted(fence_row),
             holder = if own { "CONNECTION_ID()" } else { "0" },
-            expiry = if own { format!("{NOW_US} + {ttl}") } else { "0".into() },
+            expiry = if own {
+                format!("{NOW_US} + {ttl}")
+            } else {
+                "0".into()
+            },
             more = if own {
                 ", holder = VALUES(holder), expires_us = VALUES(expires_us)"
             } else {
@@ -235,7 +257,9 @@ impl Named {
                 )),
                 _ => {
                     held.conn.broken = true;
-                    Err(Error::Lost("this session no longer held the named lock".into()))
+                    Err(Error::Lost(
+                        "this session no longer held the named lock".into(),
+                    ))
                 }
             },
             Err(Failure::Timeout) => Err(pools.failed("releasing", &Failure::Timeout)),
@@ -305,7 +329,9 @@ impl Named {
             let holders = row.int(0).unwrap_or(0);
             return Ok(KeyInfo::new(
                 holders > 0,
-                row.int(1).filter(|_| holders > 0).map(|us| Duration::from_micros(us.max(0) as u64)),
+                row.int(1)
+                    .filter(|_| holders > 0)
+                    .map(|us| Duration::from_micros(us.max(0) as u64)),
                 row.int(2).map(|f| f as u64).filter(|f| *f > 0),
             )
             .with_holders(holders as u32, false));
@@ -320,10 +346,16 @@ impl Named {
         let held = row.int(0) == Some(1);
         let info = KeyInfo::new(
             held,
-            row.int(1).filter(|_| held).map(|us| Duration::from_micros(us.max(0) as u64)),
+            row.int(1)
+                .filter(|_| held)
+                .map(|us| Duration::from_micros(us.max(0) as u64)),
             row.int(2).map(|f| f as u64).filter(|f| *f > 0),
         );
-        Ok(if held { info.with_holders(1, false) } else { info })
+        Ok(if held {
+            info.with_holders(1, false)
+        } else {
+            info
+        })
     }
 
     /// Ends the session holding the key's lock (any holder, Leasehold's or not), and waits until
@@ -346,13 +378,21 @@ impl Named {
 
 /// Ends the session `holder` of `name`, whose lease has expired, and takes the lock on `conn`.
 /// `false` when the server did not free it in time for this attempt.
-fn take_expired(pools: &Pools, conn: &mut Conn2, name: &str, holder: i64, deadline: Deadline) -> Result<bool> {
+fn take_expired(
+    pools: &Pools,
+    conn: &mut Conn2,
+    name: &str,
+    holder: i64,
+    deadline: Deadline,
+) -> Result<bool> {
     kill(pools, conn, holder, deadline)?;
     tracing::info!("leasehold-mysql: ended session {holder}, whose lease on {name} had expired");
     let sql = format!("SELECT GET_LOCK({}, 0)", quoted(name));
     let until = Instant::now() + Duration::from_millis(500);
     loop {
-        let answers = conn.batch(&sql, deadline).map_err(|e| pools.failed("taking a named lock", &e))?;
+        let answers = conn
+            .batch(&sql, deadline)
+            .map_err(|e| pools.failed("taking a named lock", &e))?;
         if answers[0].int(0) == Some(1) {
             return Ok(true);
         }
@@ -379,10 +419,18 @@ fn kill(pools: &Pools, session: &mut Session, holder: i64, deadline: Deadline) -
     }
 }
 
-fn wait_until_free(pools: &Pools, conn: &mut Conn2, name: &str, holder: i64, deadline: Deadline) -> Result<()> {
+fn wait_until_free(
+    pools: &Pools,
+    conn: &mut Conn2,
+    name: &str,
+    holder: i64,
+    deadline: Deadline,
+) -> Result<()> {
     let sql = format!("SELECT IS_USED_LOCK({})", quoted(name));
     loop {
-        let answers = conn.batch(&sql, deadline).map_err(|e| pools.failed("forcing a release", &e))?;
+        let answers = conn
+            .batch(&sql, deadline)
+            .map_err(|e| pools.failed("forcing a release", &e))?;
         if answers[0].int(0) != Some(holder) {
             return Ok(());
         }

@@ -18,12 +18,18 @@ const NAME_BYTES: usize = 20;
 /// same lock with
 /// `GET_LOCK(CONCAT('lh:', LEFT(SHA2(CONCAT('leasehold:', 'report'), 256), 40)), 10)`.
 pub fn lock_name(prefixed: &[u8]) -> String {
-    format!("lh:{}", hex::encode(&Sha256::digest(prefixed)[..NAME_BYTES]))
+    format!(
+        "lh:{}",
+        hex::encode(&Sha256::digest(prefixed)[..NAME_BYTES])
+    )
 }
 
 /// The name of a semaphore (its fence row) in named mode: a domain of its own, so never a lock's.
 pub(crate) fn semaphore_name(prefixed: &[u8]) -> String {
-    format!("lhs:{}", hex::encode(&semaphore_digest(prefixed)[..NAME_BYTES]))
+    format!(
+        "lhs:{}",
+        hex::encode(&semaphore_digest(prefixed)[..NAME_BYTES])
+    )
 }
 
 /// The name of slot `slot` of a semaphore: `<semaphore name>:<slot>`, all slots under one prefix

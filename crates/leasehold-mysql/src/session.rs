@@ -15,6 +15,7 @@ use leasehold_core::{Deadline, Error, Result};
 use mysql::consts::CapabilityFlags;
 use mysql::prelude::Queryable;
 use mysql::{Conn, OptsBuilder, SslOpts, Value};
+use mysql_common::proto::codec::error::PacketCodecError as mysql_common_io;
 use std::fmt;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::time::Duration;
@@ -61,15 +62,10 @@ pub(crate) enum Failure {
 
 impl Failure {
     fn of(e: mysql::Error) -> Failure {
+        if timed_out(&e) {
+            return Failure::Timeout;
+        }
         match e {
-            mysql::Error::IoError(io)
-                if matches!(
-                    io.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                Failure::Timeout
-            }
             mysql::Error::MySqlError(my) => match my.code {
                 // Killed or shut down: the session is gone, not the statement refused.
                 1053 | 1927 | 2006 | 2013 => Failure::Closed(my.message),
@@ -110,7 +106,11 @@ pub(crate) struct Session {
 impl Session {
     /// Runs `sql` (one statement or several separated by `;`) and collects every answer, within
     /// what is left of `deadline` and never longer than the I/O timeout.
-    pub fn batch(&mut self, sql: &str, deadline: Deadline) -> std::result::Result<Vec<Answer>, Failure> {
+    pub fn batch(
+        &mut self,
+        sql: &str,
+        deadline: Deadline,
+    ) -> std::result::Result<Vec<Answer>, Failure> {
         let budget = deadline.cap(self.io_timeout);
         if budget.is_zero() || self.broken {
             self.broken = true;
@@ -118,7 +118,9 @@ impl Session {
         }
         if let Err(e) = self.set_timeouts(budget) {
             self.broken = true;
-            return Err(Failure::Closed(format!("cannot set the socket's timeouts: {e}")));
+            return Err(Failure::Closed(format!(
+                "cannot set the socket's timeouts: {e}"
+            )));
         }
         let outcome = self.run(sql);
         self.used = true;
@@ -233,9 +235,14 @@ impl ManageConnection for Manager {
 
     fn is_permanent(&self, error: &String) -> bool {
         // A wrong password or an unknown database will not fix itself by trying again.
-        ["Access denied", "Unknown database", "certificate", "Certificate"]
-            .iter()
-            .any(|m| error.contains(m))
+        [
+            "Access denied",
+            "Unknown database",
+            "certificate",
+            "Certificate",
+        ]
+        .iter()
+        .any(|m| error.contains(m))
     }
 }
 
@@ -246,17 +253,25 @@ impl Manager {
 }
 
 fn describe_connect(e: &mysql::Error) -> String {
-    match e {
-        mysql::Error::IoError(io)
-            if matches!(
-                io.kind(),
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-            ) =>
-        {
-            "no answer within the connect timeout".to_owned()
-        }
-        other => other.to_string(),
+    if timed_out(e) {
+        "no answer within the connect timeout".to_owned()
+    } else {
+        e.to_string()
     }
+}
+
+/// Whether a driver error is a socket timeout (the receive or send timeout ran out: `EAGAIN`),
+/// whichever layer wrapped it.
+fn timed_out(e: &mysql::Error) -> bool {
+    let io = match e {
+        mysql::Error::IoError(io) => io,
+        mysql::Error::CodecError(mysql_common_io::Io(io)) => io,
+        _ => return false,
+    };
+    matches!(
+        io.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
 }
 
 /// A pooled session.
@@ -325,7 +340,10 @@ impl Pools {
 
     /// `Lost`, for a lease whose session ended, with every secret masked.
     pub fn lost(&self, what: impl fmt::Display) -> Error {
-        Error::Lost(leasehold_core::secret::redact(&what.to_string(), &self.secrets))
+        Error::Lost(leasehold_core::secret::redact(
+            &what.to_string(),
+            &self.secrets,
+        ))
     }
 
     /// `Unavailable` for a failed round trip doing `what`.
@@ -363,7 +381,12 @@ pub(crate) fn with_session<T>(
 
 /// One batch on a pooled session ([`with_session`]); a failure is `Unavailable` saying `what`
 /// failed.
-pub(crate) fn call(pools: &Pools, deadline: Deadline, sql: &str, what: &str) -> Result<Vec<Answer>> {
+pub(crate) fn call(
+    pools: &Pools,
+    deadline: Deadline,
+    sql: &str,
+    what: &str,
+) -> Result<Vec<Answer>> {
     let (_conn, outcome) = with_session(pools, deadline, |s| s.batch(sql, deadline))?;
     outcome.map_err(|e| pools.failed(what, &e))
 }

@@ -17,9 +17,9 @@
 //! outcome under both.
 
 use crate::names::{micros, row_key, semaphore_row_key, table_ident, token_literal, NOW_US};
-use crate::Ask;
 use crate::session::{call, with_session, Answer, Pools};
 use crate::waiting::{wait_for, Attempt};
+use crate::Ask;
 use leasehold_core::{
     Deadline, Error, Key, KeyInfo, LeaseKind, Permits, RawLease, Result, Token, Ttl,
 };
@@ -74,7 +74,13 @@ impl Table {
             holders(&self.shares),
             holders(&self.permits)
         );
-        call(pools, deadline, &sql, &format!("creating the tables {}", self.main)).map(drop)
+        call(
+            pools,
+            deadline,
+            &sql,
+            &format!("creating the tables {}", self.main),
+        )
+        .map(drop)
     }
 
     pub fn acquire(
@@ -223,7 +229,10 @@ impl Table {
             LeaseKind::Exclusive => {
                 let k = row_key(prefixed);
                 (
-                    format!("UPDATE {} SET expires_us = 0 WHERE k = {k} AND {live}", self.main),
+                    format!(
+                        "UPDATE {} SET expires_us = 0 WHERE k = {k} AND {live}",
+                        self.main
+                    ),
                     0,
                 )
             }
@@ -279,7 +288,13 @@ impl Table {
         )
     }
 
-    pub fn extend(&self, pools: &Pools, prefixed: &[u8], lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+    pub fn extend(
+        &self,
+        pools: &Pools,
+        prefixed: &[u8],
+        lease: &mut RawLease,
+        ttl: Ttl,
+    ) -> Result<()> {
         let deadline = pools.call();
         let tok = token_literal(&lease.token());
         let us = micros(ttl.as_duration());
@@ -367,16 +382,24 @@ impl Table {
             return Ok(KeyInfo::new(false, None, row.int(1).map(|f| f as u64)));
         }
         let shared = row.int(2) == Some(1);
-        let holders = if shared { row.int(3).unwrap_or(0) as u32 } else { 1 };
-        Ok(KeyInfo::new(
-            true,
-            Some(from_micros(left)),
-            row.int(1).map(|f| f as u64),
+        let holders = if shared {
+            row.int(3).unwrap_or(0) as u32
+        } else {
+            1
+        };
+        Ok(
+            KeyInfo::new(true, Some(from_micros(left)), row.int(1).map(|f| f as u64))
+                .with_holders(holders, shared),
         )
-        .with_holders(holders, shared))
     }
 
-    pub fn restore(&self, pools: &Pools, prefixed: &[u8], key: &Key, token: Token) -> Result<RawLease> {
+    pub fn restore(
+        &self,
+        pools: &Pools,
+        prefixed: &[u8],
+        key: &Key,
+        token: Token,
+    ) -> Result<RawLease> {
         let deadline = pools.call();
         let (k, tok) = (row_key(prefixed), token_literal(&token));
         let sql = format!(
@@ -388,12 +411,19 @@ impl Table {
         );
         let sent = Instant::now();
         let answers = self.run(pools, deadline, &sql, "restoring")?;
-        for (answer, kind) in answers.iter().zip([LeaseKind::Exclusive, LeaseKind::Shared]) {
+        for (answer, kind) in answers
+            .iter()
+            .zip([LeaseKind::Exclusive, LeaseKind::Shared])
+        {
             if let (Some(fence), Some(left)) = (answer.int(0), answer.int(1)) {
-                return Ok(
-                    RawLease::restored(key.clone(), token, fence as u64, from_micros(left), sent)
-                        .with_kind(kind),
-                );
+                return Ok(RawLease::restored(
+                    key.clone(),
+                    token,
+                    fence as u64,
+                    from_micros(left),
+                    sent,
+                )
+                .with_kind(kind));
             }
         }
         Err(Error::Lost(

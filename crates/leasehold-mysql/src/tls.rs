@@ -11,9 +11,9 @@ use std::path::Path;
 
 pub(crate) fn ssl_opts(config: &MysqlConfig) -> Result<Option<SslOpts>> {
     let readable = |path: &Path, what: &str| -> Result<()> {
-        std::fs::metadata(path).map(|_| ()).map_err(|e| {
-            Error::invalid(format!("{what} {}: {}", path.display(), e.kind()))
-        })
+        std::fs::metadata(path)
+            .map(|_| ())
+            .map_err(|e| Error::invalid(format!("{what} {}: {}", path.display(), e.kind())))
     };
     let mut opts = SslOpts::default();
     match config.ssl_mode {

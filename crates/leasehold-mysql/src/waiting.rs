@@ -22,7 +22,9 @@ pub(crate) fn wait_for<T>(
     what: &str,
     mut attempt: impl FnMut(bool) -> Result<Attempt<T>>,
 ) -> Result<T> {
-    let end = Instant::now().checked_add(wait).unwrap_or_else(Instant::now);
+    let end = Instant::now()
+        .checked_add(wait)
+        .unwrap_or_else(Instant::now);
     let mut pause = FIRST_PAUSE;
     loop {
         let more = Instant::now() < end;
@@ -31,7 +33,9 @@ pub(crate) fn wait_for<T>(
             Attempt::Held(left) => {
                 let now = Instant::now();
                 if now >= end {
-                    return Err(Error::NotAcquired(format!("{what} is held by another lease")));
+                    return Err(Error::NotAcquired(format!(
+                        "{what} is held by another lease"
+                    )));
                 }
                 let mut sleep = pause.min(end - now);
                 if let Some(left) = left {

@@ -79,7 +79,9 @@ fn table_semaphore_limit() {
 #[test]
 fn named_refuses_shared_locks() {
     let c = client("lock=named");
-    let e = c.try_acquire_shared(b"named-shared", std::time::Duration::from_secs(5)).unwrap_err();
+    let e = c
+        .try_acquire_shared(b"named-shared", std::time::Duration::from_secs(5))
+        .unwrap_err();
     assert_eq!(e.kind(), leasehold_core::ErrorKind::InvalidArgument, "{e}");
     assert!(e.to_string().contains("lock=table"), "{e}");
 }

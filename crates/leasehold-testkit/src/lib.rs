@@ -7,8 +7,8 @@
 
 pub mod checker;
 mod fork;
-mod mariadb;
 pub mod history;
+mod mariadb;
 mod port;
 mod postgres;
 mod proxy;

@@ -102,9 +102,7 @@ pub(super) fn parse_mysql(before_query: &str, query: &Query) -> Result<MysqlConf
         }
         None => DEFAULT_MYSQL_TABLE.to_owned(),
     };
-    let (authority, path) = before_query
-        .split_once('/')
-        .unwrap_or((before_query, ""));
+    let (authority, path) = before_query.split_once('/').unwrap_or((before_query, ""));
     let (userinfo, hostport) = match authority.rfind('@') {
         Some(at) => (Some(&authority[..at]), &authority[at + 1..]),
         None => (None, authority),
@@ -118,7 +116,10 @@ pub(super) fn parse_mysql(before_query: &str, query: &Query) -> Result<MysqlConf
         "" => None,
         db => {
             let db = decode(db, "database name")?;
-            if db.contains('/') || db.contains('`') || db.len() > 64 || db.chars().any(char::is_control)
+            if db.contains('/')
+                || db.contains('`')
+                || db.len() > 64
+                || db.chars().any(char::is_control)
             {
                 return Err(invalid(
                     "the URL's database name must be one name of at most 64 characters",
@@ -138,7 +139,11 @@ pub(super) fn parse_mysql(before_query: &str, query: &Query) -> Result<MysqlConf
     let path = |name: &str| query.get(name).filter(|p| !p.is_empty()).map(PathBuf::from);
     let (ssl_ca, ssl_cert, ssl_key) = (path("ssl-ca"), path("ssl-cert"), path("ssl-key"));
     let any_tls_file = ssl_ca.is_some() || ssl_cert.is_some();
-    let ssl_mode = match query.get("ssl-mode").map(str::to_ascii_uppercase).as_deref() {
+    let ssl_mode = match query
+        .get("ssl-mode")
+        .map(str::to_ascii_uppercase)
+        .as_deref()
+    {
         None if any_tls_file => MysqlSslMode::Required,
         None | Some("DISABLED") => MysqlSslMode::Disabled,
         Some("REQUIRED") => MysqlSslMode::Required,

@@ -311,7 +311,11 @@ fn mysql_urls() {
     let BackendConfig::Mysql(my) = &c.backend else {
         panic!("{c:?}")
     };
-    assert_eq!(my.ssl_mode, MysqlSslMode::VerifyCa, "REQUIRED with a CA checks it");
+    assert_eq!(
+        my.ssl_mode,
+        MysqlSslMode::VerifyCa,
+        "REQUIRED with a CA checks it"
+    );
     let c = Config::parse(
         "mysql://h/db?ssl-mode=VERIFY_IDENTITY&ssl-ca=/ca.pem&ssl-cert=/c.pem&ssl-key=/k.pem",
     )
