@@ -23,7 +23,8 @@
 //! * Fences: `GREATEST(stored + 1, server clock in µs)`, stored in InnoDB (the fence table in named
 //!   mode, the key's row in table mode), drawn once the key is ours; strictly increasing per key,
 //!   also across a server crash or a lost table, as long as the server's clock does not step back
-//!   by more than the time since the key's last grant. Sessions run in UTC (`time_zone='+00:00'`).
+//!   by more than the time since the key's last grant. The clock is read independently of the
+//!   session's time zone (`UNIX_TIMESTAMP()` and the µs of `NOW(6)`).
 //! * Bounded: one [`leasehold_core::Deadline`] per call (an acquire: wait + connect + I/O; anything
 //!   else: connect + I/O), from which the pool checkout, the name lookup (core's bounded resolver),
 //!   the connect and every round trip draw; before each round trip the socket's receive and send

@@ -5,9 +5,11 @@
 use sha2::{Digest, Sha256};
 use std::time::Duration;
 
-/// The server's clock in µs since the epoch. Sessions run in UTC (set at connect), so `NOW(6)`
-/// never repeats an hour at a daylight-saving change.
-pub(crate) const NOW_US: &str = "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)";
+/// The server's clock in µs since the epoch, at the statement's start. Built from
+/// `UNIX_TIMESTAMP()` (no argument: independent of the session's time zone, so no hour repeats at
+/// a daylight-saving change and no session setting is needed, which a statement pooler might not
+/// carry) and the microseconds of `NOW(6)` (the same instant: both are the statement's start).
+pub(crate) const NOW_US: &str = "(UNIX_TIMESTAMP() * 1000000 + MICROSECOND(NOW(6)))";
 
 /// How many bytes of SHA-256 a named lock keeps: 160 bits, so names never collide in practice.
 const NAME_BYTES: usize = 20;

@@ -156,7 +156,7 @@ impl Session {
 }
 
 /// Opens sessions: resolves the host under the deadline, connects with the remaining budget, and
-/// sets the session up (UTC, so `NOW(6)` never repeats an hour at a DST change).
+/// sets the session up.
 pub(crate) struct Manager {
     config: MysqlConfig,
     ssl: Option<SslOpts>,
@@ -173,9 +173,10 @@ impl fmt::Debug for Manager {
     }
 }
 
-/// What a session runs first: UTC for the server clock's µs, and InnoDB row waits kept short (the
-/// client's deadline is the real bound).
-const SETUP: &str = "SET SESSION time_zone = '+00:00', innodb_lock_wait_timeout = 1";
+/// What a session runs first: InnoDB row waits kept short, so a contended row gives a quick retry
+/// rather than a client timeout. Only tuning: nothing depends on it (a statement pooler may not
+/// carry it).
+const SETUP: &str = "SET SESSION innodb_lock_wait_timeout = 1";
 
 impl ManageConnection for Manager {
     type Connection = Session;
