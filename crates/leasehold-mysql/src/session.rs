@@ -155,8 +155,7 @@ impl Session {
     }
 }
 
-/// Opens sessions: resolves the host under the deadline, connects with the remaining budget, and
-/// sets the session up.
+/// Opens sessions: resolves the host under the deadline and connects with the remaining budget.
 pub(crate) struct Manager {
     config: MysqlConfig,
     ssl: Option<SslOpts>,
@@ -172,11 +171,6 @@ impl fmt::Debug for Manager {
             .finish_non_exhaustive()
     }
 }
-
-/// What a session runs first: InnoDB row waits kept short, so a contended row gives a quick retry
-/// rather than a client timeout. Only tuning: nothing depends on it (a statement pooler may not
-/// carry it).
-const SETUP: &str = "SET SESSION innodb_lock_wait_timeout = 1";
 
 impl ManageConnection for Manager {
     type Connection = Session;
@@ -216,18 +210,15 @@ impl ManageConnection for Manager {
             .stmt_cache_size(Some(0))
             .additional_capabilities(CapabilityFlags::CLIENT_FOUND_ROWS)
             .ssl_opts(self.ssl.clone());
+        // Nothing is set on the session: table mode must work through a statement pooler, which
+        // might not carry session settings from one statement to the next.
         let conn = Conn::new(opts).map_err(|e| self.redact(&describe_connect(&e)))?;
-        let mut session = Session {
+        Ok(Session {
             conn,
             io_timeout: self.io_timeout,
             broken: false,
             used: false,
-        };
-        session
-            .batch(SETUP, deadline)
-            .map_err(|e| self.redact(&format!("setting up the session: {e}")))?;
-        session.used = false;
-        Ok(session)
+        })
     }
 
     fn has_broken(&self, conn: &mut Session) -> bool {

@@ -27,11 +27,43 @@ pub struct MariaDbServer {
     dir: Option<TempDir>,
     child: Option<Child>,
     external: Option<String>,
+    /// Extra server options (TLS).
+    args: Vec<String>,
 }
+
+/// An account that [`MariaDbServer::start_tls`] creates beside the default one: it must come over
+/// TLS with a client certificate signed by the server's `ssl-ca` (`REQUIRE X509`).
+pub const MARIADB_X509_USER: &str = "leasehold_x509";
 
 impl MariaDbServer {
     /// Starts a server of our own (ignores `LEASEHOLD_TEST_MYSQL_URL`).
     pub fn start() -> MariaDbServer {
+        MariaDbServer::start_with(Vec::new(), "")
+    }
+
+    /// Starts a server of our own with TLS: PEM files of its certificate and key, and of the CA that
+    /// client certificates must be signed by. Besides the default account (which may connect in
+    /// plain text or over TLS), it has [`MARIADB_X509_USER`] (same password), which must present a
+    /// client certificate.
+    pub fn start_tls(
+        cert: &std::path::Path,
+        key: &std::path::Path,
+        ca: &std::path::Path,
+    ) -> MariaDbServer {
+        let args = vec![
+            format!("--ssl-cert={}", cert.display()),
+            format!("--ssl-key={}", key.display()),
+            format!("--ssl-ca={}", ca.display()),
+        ];
+        let sql = format!(
+            "CREATE USER IF NOT EXISTS '{MARIADB_X509_USER}'@'127.0.0.1' IDENTIFIED BY \
+               '{MARIADB_PASSWORD}' REQUIRE X509;\n\
+             GRANT ALL ON {MARIADB_DATABASE}.* TO '{MARIADB_X509_USER}'@'127.0.0.1';\n"
+        );
+        MariaDbServer::start_with(args, &sql)
+    }
+
+    fn start_with(args: Vec<String>, extra_sql: &str) -> MariaDbServer {
         remove_stale_dirs();
         let dir = TempDir::new("mariadb");
         let data = dir.path().join("data");
@@ -61,7 +93,7 @@ impl MariaDbServer {
         let init = format!(
             "CREATE DATABASE IF NOT EXISTS {MARIADB_DATABASE};\n\
              CREATE USER IF NOT EXISTS '{MARIADB_USER}'@'127.0.0.1' IDENTIFIED BY '{MARIADB_PASSWORD}';\n\
-             GRANT ALL ON {MARIADB_DATABASE}.* TO '{MARIADB_USER}'@'127.0.0.1';\n"
+             GRANT ALL ON {MARIADB_DATABASE}.* TO '{MARIADB_USER}'@'127.0.0.1';\n{extra_sql}"
         );
         std::fs::write(dir.path().join("init.sql"), init).expect("write the init file");
         let mut server = MariaDbServer {
@@ -69,6 +101,7 @@ impl MariaDbServer {
             dir: Some(dir),
             child: None,
             external: None,
+            args,
         };
         server.spawn();
         server
@@ -84,6 +117,7 @@ impl MariaDbServer {
                 dir: None,
                 child: None,
                 external: Some(url),
+                args: Vec::new(),
             },
             _ => MariaDbServer::start(),
         })
@@ -100,6 +134,7 @@ impl MariaDbServer {
             .arg(format!("--log-error={}", self.log_path().display()))
             .arg(format!("--port={}", self.port))
             .args(user_args())
+            .args(&self.args)
             .args([
                 "--bind-address=127.0.0.1",
                 "--skip-name-resolve",
