@@ -28,8 +28,10 @@
 //! * Bounded: one [`leasehold_core::Deadline`] per call (an acquire: wait + connect + I/O; anything
 //!   else: connect + I/O), from which the pool checkout, the name lookup (core's bounded resolver),
 //!   the connect and every round trip draw; before each round trip the socket's receive and send
-//!   timeouts are set to what is left (at most the I/O timeout), so a stopped server gives
-//!   `Unavailable` in time. A session whose round trip failed is never reused. Limits: the
+//!   timeouts are set to what is left (at most the I/O timeout), and a watchdog thread (one per
+//!   process, started on first use) shuts the socket down if the round trip as a whole outlives it,
+//!   so a stopped or dripping server gives `Unavailable` in time. A session whose round trip failed
+//!   is never reused. Limits: the
 //!   driver's handshake reads are bounded by the connect budget each, and with
 //!   `ssl-mode=VERIFY_IDENTITY` and a host *name* the driver looks the name up itself (unbounded
 //!   by the deadline).
@@ -48,6 +50,7 @@ mod session;
 mod table;
 mod tls;
 mod waiting;
+mod watchdog;
 
 pub use names::lock_name;
 

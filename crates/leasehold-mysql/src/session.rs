@@ -4,10 +4,11 @@
 //! The driver fixes its socket timeouts when it connects; before each round trip the session sets the
 //! socket's receive and send timeouts to what is left of the call's deadline (at most the I/O
 //! timeout), so a stopped server (SIGSTOP: the kernel still ACKs, keepalives never fire) gives an
-//! error in time. A session whose round trip failed is never reused: after a timeout or a broken
+//! error in time, and registers the socket with the `watchdog`, which bounds the round trip as a
+//! whole (a reply dripped a few bytes at a time keeps each read within its timeout). A session whose round trip failed is never reused: after a timeout or a broken
 //! connection the server may still be running what was sent.
 
-use crate::tls;
+use crate::{tls, watchdog};
 use leasehold_core::config::MysqlConfig;
 use leasehold_core::pool::{ManageConnection, Pool, PoolError, PooledConnection};
 use leasehold_core::resolve::resolve;
@@ -18,7 +19,7 @@ use mysql::{Conn, OptsBuilder, SslOpts, Value};
 use mysql_common::proto::codec::error::PacketCodecError as mysql_common_io;
 use std::fmt;
 use std::os::fd::{AsRawFd, BorrowedFd};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What the server sends back for one statement of a batch.
 #[derive(Debug, Default)]
@@ -122,7 +123,12 @@ impl Session {
                 "cannot set the socket's timeouts: {e}"
             )));
         }
+        // Socket timeouts bound each read; the watchdog bounds the round trip as a whole.
+        let guard = watchdog::watch(self.conn.as_raw_fd(), Instant::now() + budget);
         let outcome = self.run(sql);
+        let fired = guard.as_ref().is_some_and(|g| g.fired());
+        drop(guard);
+        let outcome = if fired { Err(Failure::Timeout) } else { outcome };
         self.used = true;
         // Even a refused statement ends the session: the server stops a batch at its first error,
         // which may leave a transaction open, or a lock taken by an earlier statement.
