@@ -48,8 +48,8 @@ mod torture;
 
 use leasehold_testkit::history::seed;
 use leasehold_testkit::{
-    wait_until, FaultCycler, FaultProxy, MariaDbServer, PostgresServer, RedisCluster, RedisSentinel,
-    RedisServer, Report, TempDir,
+    wait_until, FaultCycler, FaultProxy, MariaDbServer, PostgresServer, RedisCluster,
+    RedisSentinel, RedisServer, Report, TempDir,
 };
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};

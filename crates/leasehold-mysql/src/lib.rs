@@ -31,10 +31,9 @@
 //!   timeouts are set to what is left (at most the I/O timeout), and a watchdog thread (one per
 //!   process, started on first use) shuts the socket down if the round trip as a whole outlives it,
 //!   so a stopped or dripping server gives `Unavailable` in time. A session whose round trip failed
-//!   is never reused. Limits: the
-//!   driver's handshake reads are bounded by the connect budget each, and with
-//!   `ssl-mode=VERIFY_IDENTITY` and a host *name* the driver looks the name up itself (unbounded
-//!   by the deadline).
+//!   is never reused. The driver's connect (handshake, and its own name lookup under
+//!   `ssl-mode=VERIFY_IDENTITY` with a host name) runs on a short-lived thread that the caller
+//!   stops waiting for at the deadline.
 //! * A named lease whose session broke (killed, server restarted) is `Lost` at its next call; one
 //!   whose release or extend timed out gives `Unavailable` and is lost from then on (its session is
 //!   closed, which frees the lock once the server reads the close).

@@ -128,7 +128,11 @@ impl Session {
         let outcome = self.run(sql);
         let fired = guard.as_ref().is_some_and(|g| g.fired());
         drop(guard);
-        let outcome = if fired { Err(Failure::Timeout) } else { outcome };
+        let outcome = if fired {
+            Err(Failure::Timeout)
+        } else {
+            outcome
+        };
         self.used = true;
         // Even a refused statement ends the session: the server stops a batch at its first error,
         // which may leave a transaction open, or a lock taken by an earlier statement.
@@ -218,7 +222,7 @@ impl ManageConnection for Manager {
             .ssl_opts(self.ssl.clone());
         // Nothing is set on the session: table mode must work through a statement pooler, which
         // might not carry session settings from one statement to the next.
-        let conn = Conn::new(opts).map_err(|e| self.redact(&describe_connect(&e)))?;
+        let conn = self.open(opts, deadline)?;
         Ok(Session {
             conn,
             io_timeout: self.io_timeout,
@@ -245,6 +249,25 @@ impl ManageConnection for Manager {
 }
 
 impl Manager {
+    /// The driver's connect, on a short-lived thread: its handshake reads are bounded one by one
+    /// (the socket timeout), not as a whole, so the caller stops waiting at the deadline and the
+    /// thread finishes on its own (its late session is dropped, which closes it). A plain std
+    /// thread, made on demand, so this keeps working after `fork()`.
+    fn open(&self, opts: OptsBuilder, deadline: Deadline) -> std::result::Result<Conn, String> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("leasehold-mysql-connect".into())
+            .spawn(move || {
+                let _ = tx.send(Conn::new(opts));
+            })
+            .map_err(|e| format!("cannot start a connect thread: {e}"))?;
+        match rx.recv_timeout(deadline.remaining()) {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(e)) => Err(self.redact(&describe_connect(&e))),
+            Err(_) => Err("no answer within the connect timeout".to_owned()),
+        }
+    }
+
     fn redact(&self, text: &str) -> String {
         leasehold_core::secret::redact(text, &self.secrets)
     }

@@ -170,3 +170,39 @@ fn expired_named_holder_is_ended_by_the_next_acquirer() {
     assert_eq!(stale.release().unwrap_err().kind(), ErrorKind::Lost);
     taker.release().unwrap();
 }
+
+/// The SQL that the README gives takes the same named lock as Leasehold, so a SQL job and Leasehold
+/// exclude each other.
+#[test]
+fn a_sql_job_takes_the_same_named_lock() {
+    let server = MariaDbServer::shared();
+    let c = client(server, "lock=named");
+    let mut admin = admin(server);
+    let key = unique_key("report");
+    let sql_name: String = admin
+        .query_first(format!(
+            "SELECT CONCAT('lh:', LEFT(SHA2(CONCAT('leasehold:', '{key}'), 256), 40))"
+        ))
+        .unwrap()
+        .unwrap();
+    assert_eq!(sql_name, lock_name(format!("leasehold:{key}").as_bytes()));
+    let got: Option<i64> = admin
+        .query_first(format!("SELECT GET_LOCK('{sql_name}', 0)"))
+        .unwrap()
+        .flatten();
+    assert_eq!(got, Some(1));
+    assert_eq!(
+        c.try_acquire(&key, LONG).unwrap_err().kind(),
+        ErrorKind::NotAcquired
+    );
+    admin
+        .query_drop(format!("DO RELEASE_LOCK('{sql_name}')"))
+        .unwrap();
+    let lease = c.try_acquire(&key, Duration::from_millis(100)).unwrap();
+    let got: Option<i64> = admin
+        .query_first(format!("SELECT GET_LOCK('{sql_name}', 0)"))
+        .unwrap()
+        .flatten();
+    assert_eq!(got, Some(0), "the SQL job sees Leasehold's lock");
+    lease.release().unwrap();
+}
