@@ -40,12 +40,14 @@
 //! * Sessions are pooled by core's thread-free pool (fork-safe: a child never uses or closes its
 //!   parent's sessions); named mode holds one session per lease and per waiter, so `pool_size`
 //!   bounds them.
-//! * Bounded state: table mode deletes rows of leases that ended over a minute ago (1000 per table
-//!   at a time, at most once a minute per client); named mode keeps one small row per lock name.
+//! * Bounded state: rows of leases that ended over a minute ago are deleted (1000 per table at a
+//!   time, at most once a minute per client, from release): table mode's rows, and named mode's
+//!   fence rows of names nobody holds. A fence lost with its row is replaced by the clock term.
 
 mod named;
 mod names;
 mod session;
+mod sweep;
 mod table;
 mod tls;
 mod waiting;

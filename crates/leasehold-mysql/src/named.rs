@@ -16,6 +16,7 @@
 
 use crate::names::{lock_name, micros, quoted, semaphore_name, slot_name, table_ident, NOW_US};
 use crate::session::{call, int, with_session, Conn2, Failure, Pools, Session};
+use crate::sweep::{Every, SWEEP_AFTER_US};
 use crate::waiting::{wait_for, Attempt};
 use crate::Ask;
 use leasehold_core::{Deadline, Error, KeyInfo, LeaseKind, Permits, RawLease, Result, Token, Ttl};
@@ -27,6 +28,7 @@ const SLOTS_PER_STATEMENT: u32 = 128;
 
 pub(crate) struct Named {
     fences: String,
+    sweep_due: Every,
     /// Where the next permit attempt starts, so permits spread over the slots.
     next_slot: AtomicU32,
 }
@@ -41,6 +43,7 @@ impl Named {
     pub fn new(table: &str) -> Named {
         Named {
             fences: table_ident(table, "_fences"),
+            sweep_due: Every::minute(),
             next_slot: AtomicU32::new(0),
         }
     }
@@ -171,7 +174,7 @@ impl Named {
                 let holder = row.get(1).and_then(int).unwrap_or(0);
                 match names.iter().find(|n| **n == expired) {
                     Some(name) if holder > 0 => {
-                        if !take_expired(pools, &mut conn, name, holder, deadline)? {
+                        if !self.take_expired(pools, &mut conn, name, holder, deadline)? {
                             return Ok(Attempt::Held(Some(Duration::ZERO)));
                         }
                         name.clone()
@@ -208,15 +211,13 @@ impl Named {
             wt = wait_timeout(ask.ttl),
             fr = quoted(fence_row),
             holder = if own { "CONNECTION_ID()" } else { "0" },
-            expiry = if own {
-                format!("{NOW_US} + {ttl}")
-            } else {
-                "0".into()
-            },
+            expiry = format!("{NOW_US} + {ttl}"),
+            // A semaphore's row has no holder; its expiry (the latest permit's) only keeps the
+            // sweep away from it while permits live.
             more = if own {
                 ", holder = VALUES(holder), expires_us = VALUES(expires_us)"
             } else {
-                ""
+                ", expires_us = GREATEST(expires_us, VALUES(expires_us))"
             },
         );
         let answers = match conn.batch(&sql, deadline) {
@@ -243,14 +244,23 @@ impl Named {
         };
         let n = quoted(&held.name);
         let f = &self.fences;
+        // The row first (it names this session as the holder), then the lock: an acquirer that
+        // ends expired holders does so under the row's lock, so it either sees the row cleared
+        // or ends this session before the lock is released and the session goes back to the pool,
+        // never a session that has moved on to another lease.
         let sql = format!(
-            "SELECT (SELECT expires_us > {NOW_US} FROM {f} WHERE name = {n} \
-               AND holder = CONNECTION_ID()), RELEASE_LOCK({n}); \
-             UPDATE {f} SET holder = 0, expires_us = 0 WHERE name = {n} AND holder = CONNECTION_ID(); \
+            "SELECT expires_us > {NOW_US} FROM {f} WHERE name = {n} AND holder = CONNECTION_ID(); \
+             UPDATE {f} SET holder = 0, expires_us = LEAST(expires_us, {NOW_US}) \
+               WHERE name = {n} AND holder = CONNECTION_ID(); \
+             SELECT RELEASE_LOCK({n}); \
              SET SESSION wait_timeout = DEFAULT"
         );
-        match held.conn.batch(&sql, deadline) {
-            Ok(answers) => match (answers[0].int(0), answers[0].int(1)) {
+        let outcome = held.conn.batch(&sql, deadline);
+        if outcome.is_ok() {
+            self.sweep(&mut held.conn, deadline);
+        }
+        match outcome {
+            Ok(answers) => match (answers[0].int(0), answers[2].int(0)) {
                 (Some(1), Some(1)) => Ok(()),
                 (_, Some(1)) => Err(Error::Lost(
                     "the lease had expired before its release (the lock is freed now)".into(),
@@ -363,59 +373,130 @@ impl Named {
     pub fn force_release(&self, pools: &Pools, prefixed: &[u8]) -> Result<bool> {
         let deadline = pools.call();
         let name = lock_name(prefixed);
-        let sql = format!("SELECT IS_USED_LOCK({})", quoted(&name));
-        let (mut conn, outcome) = with_session(pools, deadline, |s| s.batch(&sql, deadline))?;
-        let answers = outcome.map_err(|e| pools.failed("forcing a release", &e))?;
-        let Some(holder) = answers[0].int(0) else {
+        let (mut conn, outcome) =
+            with_session(pools, deadline, |s| self.lock_row(s, &name, deadline))?;
+        let (_, _, Some(holder)) = outcome.map_err(|e| pools.failed("forcing a release", &e))?
+        else {
+            conn.batch("ROLLBACK", deadline)
+                .map_err(|e| pools.failed("forcing a release", &e))?;
             return Ok(false);
         };
-        kill(pools, &mut conn, holder, deadline)?;
+        self.kill(pools, &mut conn, holder, deadline)?;
         wait_until_free(pools, &mut conn, &name, holder, deadline)?;
         tracing::warn!("leasehold-mysql: forced the release of {name} (ended session {holder})");
         Ok(true)
     }
-}
 
-/// Ends the session `holder` of `name`, whose lease has expired, and takes the lock on `conn`.
-/// `false` when the server did not free it in time for this attempt.
-fn take_expired(
-    pools: &Pools,
-    conn: &mut Conn2,
-    name: &str,
-    holder: i64,
-    deadline: Deadline,
-) -> Result<bool> {
-    kill(pools, conn, holder, deadline)?;
-    tracing::info!("leasehold-mysql: ended session {holder}, whose lease on {name} had expired");
-    let sql = format!("SELECT GET_LOCK({}, 0)", quoted(name));
-    let until = Instant::now() + Duration::from_millis(500);
-    loop {
-        let answers = conn
-            .batch(&sql, deadline)
-            .map_err(|e| pools.failed("taking a named lock", &e))?;
-        if answers[0].int(0) == Some(1) {
-            return Ok(true);
-        }
-        if Instant::now() >= until || deadline.remaining() < Duration::from_millis(20) {
+    /// Starts a transaction holding the fence row of `name` locked, and reads the row's holder,
+    /// whether its lease has expired, and who holds the lock. While the row is locked, a
+    /// Leasehold holder can neither extend nor release (both change the row first), so its
+    /// session cannot move on to another lease before it is ended.
+    fn lock_row(
+        &self,
+        session: &mut Session,
+        name: &str,
+        deadline: Deadline,
+    ) -> std::result::Result<(i64, bool, Option<i64>), Failure> {
+        let n = quoted(name);
+        let answers = session.batch(
+            &format!(
+                "START TRANSACTION; \
+                 SELECT holder, expires_us <= {NOW_US} FROM {} WHERE name = {n} FOR UPDATE; \
+                 SELECT IS_USED_LOCK({n})",
+                self.fences
+            ),
+            deadline,
+        )?;
+        Ok((
+            answers[1].int(0).unwrap_or(0),
+            answers[1].int(1) == Some(1),
+            answers[2].int(0),
+        ))
+    }
+
+    /// Ends the session `holder` of `name` if, under the row's lock, it still holds the lock for a
+    /// lease that has expired; then takes the lock on `conn`. `false` when it did not (the holder
+    /// moved on, or the server did not free the lock in time for this attempt).
+    fn take_expired(
+        &self,
+        pools: &Pools,
+        conn: &mut Conn2,
+        name: &str,
+        holder: i64,
+        deadline: Deadline,
+    ) -> Result<bool> {
+        let failed = |e: Failure| pools.failed("ending an expired holder", &e);
+        let (row_holder, expired, user) = self.lock_row(conn, name, deadline).map_err(failed)?;
+        if !(row_holder == holder && expired && user == Some(holder)) {
+            conn.batch("ROLLBACK", deadline).map_err(failed)?;
             return Ok(false);
         }
-        std::thread::sleep(Duration::from_millis(2));
+        self.kill(pools, conn, holder, deadline)?;
+        tracing::info!(
+            "leasehold-mysql: ended session {holder}, whose lease on {name} had expired"
+        );
+        let sql = format!("SELECT GET_LOCK({}, 0)", quoted(name));
+        let until = Instant::now() + Duration::from_millis(500);
+        loop {
+            let answers = conn
+                .batch(&sql, deadline)
+                .map_err(|e| pools.failed("taking a named lock", &e))?;
+            if answers[0].int(0) == Some(1) {
+                return Ok(true);
+            }
+            if Instant::now() >= until || deadline.remaining() < Duration::from_millis(20) {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// `KILL CONNECTION holder` and the commit of the transaction [`Named::lock_row`] started.
+    fn kill(
+        &self,
+        pools: &Pools,
+        session: &mut Session,
+        holder: i64,
+        deadline: Deadline,
+    ) -> Result<()> {
+        let outcome = session.batch(&format!("KILL CONNECTION {holder}"), deadline);
+        let result = match outcome {
+            Ok(_) => Ok(()),
+            // Already gone. A refused KILL leaves nothing open: the session stays usable.
+            Err(Failure::Server(1094, _)) => {
+                session.broken = false;
+                Ok(())
+            }
+            Err(Failure::Server(1095, _)) => Err(pools.unavailable(
+                "cannot end the session holding the lock: KILL needs the same account, or \
+                 CONNECTION_ADMIN (MySQL) / CONNECTION ADMIN (MariaDB)",
+            )),
+            Err(e) => Err(pools.failed("ending the holder's session", &e)),
+        };
+        result?;
+        session
+            .batch("COMMIT", deadline)
+            .map(drop)
+            .map_err(|e| pools.failed("ending the holder's session", &e))
     }
 }
 
-fn kill(pools: &Pools, session: &mut Session, holder: i64, deadline: Deadline) -> Result<()> {
-    match session.batch(&format!("KILL CONNECTION {holder}"), deadline) {
-        Ok(_) => Ok(()),
-        // Already gone. A refused single statement leaves nothing open: the session stays usable.
-        Err(Failure::Server(1094, _)) => {
-            session.broken = false;
-            Ok(())
+impl Named {
+    /// Deletes rows of names whose last lease ended over a minute ago and that nobody holds (at
+    /// most 1000, at most once a minute per client): what a key leaves behind is bounded in time.
+    /// A fence lost with its row is replaced by the clock term, which by then is larger.
+    fn sweep(&self, session: &mut Session, deadline: Deadline) {
+        if !self.sweep_due.due() {
+            return;
         }
-        Err(Failure::Server(1095, _)) => Err(pools.unavailable(
-            "cannot end the session holding the lock: KILL needs the same account, or \
-             CONNECTION_ADMIN (MySQL) / CONNECTION ADMIN (MariaDB)",
-        )),
-        Err(e) => Err(pools.failed("ending the holder's session", &e)),
+        let sql = format!(
+            "DELETE FROM {} WHERE expires_us < {NOW_US} - {SWEEP_AFTER_US} \
+               AND IS_FREE_LOCK(name) = 1 LIMIT 1000",
+            self.fences
+        );
+        if let Err(e) = session.batch(&sql, deadline) {
+            tracing::debug!("leasehold-mysql: sweeping old fence rows failed: {e}");
+        }
     }
 }
 

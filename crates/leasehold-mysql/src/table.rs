@@ -18,29 +18,24 @@
 
 use crate::names::{micros, row_key, semaphore_row_key, table_ident, token_literal, NOW_US};
 use crate::session::{call, with_session, Answer, Pools};
+use crate::sweep::{Every, SWEEP_AFTER_US};
 use crate::waiting::{wait_for, Attempt};
 use crate::Ask;
 use leasehold_core::{
     Deadline, Error, Key, KeyInfo, LeaseKind, Permits, RawLease, Result, Token, Ttl,
 };
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// The token readers leave in the key's row.
 const SHARED: &str = "X'00000000000000000000000000000000'";
 /// How long a waiting writer's mark holds new readers back after its last attempt.
 const WRITER_MARK_US: i64 = 1_000_000;
-/// Rows of leases that ended more than this long ago may be swept.
-const SWEEP_AFTER_US: i64 = 60_000_000;
-const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
 pub(crate) struct Table {
     main: String,
     shares: String,
     permits: String,
-    /// When this client last swept, in ms since its start (0: never).
-    swept_at: AtomicU64,
-    started: Instant,
+    sweep_due: Every,
 }
 
 impl Table {
@@ -49,8 +44,7 @@ impl Table {
             main: table_ident(name, ""),
             shares: table_ident(name, "_shares"),
             permits: table_ident(name, "_permits"),
-            swept_at: AtomicU64::new(0),
-            started: Instant::now(),
+            sweep_due: Every::minute(),
         }
     }
 
@@ -201,7 +195,8 @@ impl Table {
                SELECT k, {tok}, GREATEST(fence + 1, {NOW_US}), {NOW_US} + {ttl} FROM {main} \
                WHERE k = {k} AND (SELECT COUNT(*) FROM {holders} WHERE k = {k}) < {n}; \
              UPDATE {main} SET fence = GREATEST(fence, \
-               (SELECT fence FROM {holders} WHERE k = {k} AND token = {tok})) \
+               (SELECT fence FROM {holders} WHERE k = {k} AND token = {tok})), \
+               expires_us = GREATEST(expires_us, {NOW_US} + {ttl}) \
                WHERE k = {k} AND EXISTS (SELECT 1 FROM {holders} WHERE k = {k} AND token = {tok}); \
              SELECT fence, expires_us - {NOW_US} FROM {holders} WHERE k = {k} AND token = {tok}; \
              SELECT MIN(expires_us) - {NOW_US} FROM {holders} WHERE k = {k}; \
@@ -230,7 +225,7 @@ impl Table {
                 let k = row_key(prefixed);
                 (
                     format!(
-                        "UPDATE {} SET expires_us = 0 WHERE k = {k} AND {live}",
+                        "UPDATE {} SET expires_us = {NOW_US} WHERE k = {k} AND {live}",
                         self.main
                     ),
                     0,
@@ -436,7 +431,8 @@ impl Table {
         let k = row_key(prefixed);
         let sql = format!(
             "START TRANSACTION; \
-             UPDATE {} SET expires_us = 0, writer_until = 0 WHERE k = {k} AND expires_us > {NOW_US}; \
+             UPDATE {} SET expires_us = {NOW_US}, writer_until = 0 \
+               WHERE k = {k} AND expires_us > {NOW_US}; \
              DELETE FROM {} WHERE k = {k}; COMMIT",
             self.main, self.shares
         );
@@ -448,16 +444,7 @@ impl Table {
     /// minute per client: what a key leaves behind is bounded in time. A fence lost with its row is
     /// replaced by the clock term, which by then is larger.
     fn sweep(&self, pools: &Pools, deadline: Deadline) {
-        let now = self.started.elapsed().as_millis() as u64 + 1;
-        let last = self.swept_at.load(Ordering::Relaxed);
-        if last != 0 && now.saturating_sub(last) < SWEEP_EVERY.as_millis() as u64 {
-            return;
-        }
-        if self
-            .swept_at
-            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_err()
-        {
+        if !self.sweep_due.due() {
             return;
         }
         let old = format!("expires_us < {NOW_US} - {SWEEP_AFTER_US}");
