@@ -6,8 +6,12 @@
 //! clock), and the key's fence, drawn as `GREATEST(fence + 1, server µs)` once the lock is ours. An
 //! acquirer that finds the lock taken by a session whose lease has expired ends that session
 //! (`KILL CONNECTION`, allowed for sessions of the same account) and takes the lock once the
-//! server has freed it; the holder's own extend refuses an expired lease, so a holder never
-//! extends a lease that someone is about to break. As a backstop, a lease's session gets
+//! server has freed it. It decides and kills in a transaction that holds the name's row locked
+//! (`SELECT … FOR UPDATE`), and a holder changes that row before it extends or releases: so the
+//! session ended is still the expired lease's, never one that released meanwhile and took another
+//! lease from the pool (a KILL sent on a stale look did that: the torture test saw the overlap).
+//! The holder's own extend refuses an expired lease, so a holder never extends a lease that
+//! someone is about to break. As a backstop, a lease's session gets
 //! `wait_timeout` = its TTL rounded up plus a second, so a holder that goes silent is
 //! disconnected by the server itself.
 //!
