@@ -209,13 +209,12 @@ impl Named {
         let sql = format!(
             "SET SESSION wait_timeout = {wt}; {holder_row}\
              INSERT INTO {f} (name, fence, holder, expires_us) \
-               VALUES ({fr}, {NOW_US}, {holder}, {expiry}) \
+               VALUES ({fr}, {NOW_US}, {holder}, {NOW_US} + {ttl}) \
              ON DUPLICATE KEY UPDATE fence = GREATEST(fence + 1, VALUES(fence)){more}; \
              SELECT fence FROM {f} WHERE name = {fr}",
             wt = wait_timeout(ask.ttl),
             fr = quoted(fence_row),
             holder = if own { "CONNECTION_ID()" } else { "0" },
-            expiry = format!("{NOW_US} + {ttl}"),
             // A semaphore's row has no holder; its expiry (the latest permit's) only keeps the
             // sweep away from it while permits live.
             more = if own {
