@@ -3,7 +3,9 @@
 
 use leasehold_core::{Client, Config, ErrorKind};
 use leasehold_mysql::{lock_name, MysqlBackend};
-use leasehold_testkit::{unique_key, wait_until, MariaDbServer, MARIADB_PASSWORD, MARIADB_USER};
+use leasehold_testkit::{
+    in_child, unique_key, wait_until, MariaDbServer, MARIADB_PASSWORD, MARIADB_USER,
+};
 use mysql::prelude::Queryable;
 use std::time::Duration;
 
@@ -205,4 +207,56 @@ fn a_sql_job_takes_the_same_named_lock() {
         .flatten();
     assert_eq!(got, Some(0), "the SQL job sees Leasehold's lock");
     lease.release().unwrap();
+}
+
+/// php-fpm forks its workers after the client may have been created: the child must get sessions of
+/// its own (and a watchdog of its own), and must neither use nor close the parent's (closing one
+/// would free the parent's named lock).
+#[test]
+fn client_works_in_a_forked_child_without_touching_the_parents_sessions() {
+    let server = MariaDbServer::shared();
+    for query in ["lock=named", "lock=table&table=fork_locks"] {
+        let c = client(server, query);
+        let key = unique_key("fork-parent");
+        let lease = c.try_acquire(&key, LONG).unwrap();
+        c.try_acquire(unique_key("warm"), LONG)
+            .unwrap()
+            .release()
+            .unwrap();
+        let child_key = unique_key("fork-child");
+        // The child takes the parent's lease out of `held`; the parent's copy stays put.
+        let mut held = Some(lease);
+        let status = in_child(Duration::from_secs(30), || {
+            let Some(mut inherited) = held.take() else {
+                return false;
+            };
+            let own = c
+                .try_acquire(&child_key, LONG)
+                .is_ok_and(|l| l.release().is_ok());
+            let parents = c.try_acquire(&key, LONG).map(|_| ()).map_err(|e| e.kind());
+            // The child's copy of the parent's lease: core refuses to release or extend it.
+            let extend = inherited.extend(LONG).map_err(|e| e.kind());
+            let release = inherited.release_in_place().map_err(|e| e.kind());
+            let still_held = c.try_acquire(&key, LONG).is_err();
+            own && parents == Err(ErrorKind::NotAcquired)
+                && extend == Err(ErrorKind::InvalidArgument)
+                && release == Err(ErrorKind::InvalidArgument)
+                && still_held
+        });
+        assert_ne!(status, None, "{query}: the forked child hung");
+        assert_eq!(status, Some(0), "{query}: the forked child failed");
+        let mut lease = held.expect("the parent keeps its lease");
+        assert_eq!(
+            client(server, query)
+                .try_acquire(&key, LONG)
+                .unwrap_err()
+                .kind(),
+            ErrorKind::NotAcquired
+        );
+        lease
+            .extend(LONG)
+            .expect("the parent's lease survives the child");
+        lease.release().unwrap();
+        c.try_acquire(&child_key, LONG).unwrap().release().unwrap();
+    }
 }
