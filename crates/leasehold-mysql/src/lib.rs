@@ -117,7 +117,7 @@ impl MysqlBackend {
         // Setting up is one call: bounded by one connect and one I/O timeout in all.
         let deadline = pools.call();
         let version = call(&pools, deadline, "SELECT VERSION()", "connecting")?;
-        let version = match version.first().and_then(|a| a.value(0)) {
+        let version = match version[0].value(0) {
             Some(mysql::Value::Bytes(b)) => String::from_utf8_lossy(b).into_owned(),
             _ => String::new(),
         };

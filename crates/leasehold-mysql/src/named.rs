@@ -228,7 +228,7 @@ impl Named {
             // The session ends with the failure (it is never reused), and the lock with it.
             Err(e) => return Err(pools.failed("drawing the fence", &e)),
         };
-        let fence = answers.last().and_then(|a| a.int(0)).unwrap_or(0) as u64;
+        let fence = answers.nth_last(1).int(0).unwrap_or(0) as u64;
         let token = Token::generate()?;
         Ok(Attempt::Got(
             RawLease::new(ask.key.clone(), token, fence.max(1), ask.ttl, sent)

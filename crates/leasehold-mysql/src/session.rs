@@ -29,6 +29,42 @@ pub(crate) struct Answer {
     pub affected: u64,
 }
 
+/// The answers of a batch, one per statement. Reading past the end gives an empty answer (no rows,
+/// nothing affected) rather than a panic: what a server (or something posing as one) sends back is
+/// input like any other.
+#[derive(Debug, Default)]
+pub(crate) struct Answers(Vec<Answer>);
+
+static NO_ANSWER: Answer = Answer {
+    rows: Vec::new(),
+    affected: 0,
+};
+
+impl Answers {
+    /// The `k`-th answer from the end (1: the last).
+    pub fn nth_last(&self, k: usize) -> &Answer {
+        self.0
+            .len()
+            .checked_sub(k)
+            .and_then(|i| self.0.get(i))
+            .unwrap_or(&NO_ANSWER)
+    }
+}
+
+impl Answers {
+    /// The answers in order.
+    pub fn iter(&self) -> std::slice::Iter<'_, Answer> {
+        self.0.iter()
+    }
+}
+
+impl std::ops::Index<usize> for Answers {
+    type Output = Answer;
+    fn index(&self, i: usize) -> &Answer {
+        self.0.get(i).unwrap_or(&NO_ANSWER)
+    }
+}
+
 impl Answer {
     /// The first row's column `i`, if any.
     pub fn value(&self, i: usize) -> Option<&Value> {
@@ -111,7 +147,7 @@ impl Session {
         &mut self,
         sql: &str,
         deadline: Deadline,
-    ) -> std::result::Result<Vec<Answer>, Failure> {
+    ) -> std::result::Result<Answers, Failure> {
         let budget = deadline.cap(self.io_timeout);
         if budget.is_zero() || self.broken {
             self.broken = true;
@@ -142,18 +178,19 @@ impl Session {
         outcome
     }
 
-    fn run(&mut self, sql: &str) -> std::result::Result<Vec<Answer>, Failure> {
+    fn run(&mut self, sql: &str) -> std::result::Result<Answers, Failure> {
         let mut result = self.conn.query_iter(sql).map_err(Failure::of)?;
         let mut answers = Vec::new();
         while let Some(set) = result.iter() {
             let affected = set.affected_rows();
             let mut rows = Vec::new();
             for row in set {
+                // `Row::unwrap` hands over the row's values (it cannot fail).
                 rows.push(row.map_err(Failure::of)?.unwrap());
             }
             answers.push(Answer { rows, affected });
         }
-        Ok(answers)
+        Ok(Answers(answers))
     }
 
     fn set_timeouts(&self, budget: Duration) -> std::io::Result<()> {
@@ -402,12 +439,7 @@ pub(crate) fn with_session<T>(
 
 /// One batch on a pooled session ([`with_session`]); a failure is `Unavailable` saying `what`
 /// failed.
-pub(crate) fn call(
-    pools: &Pools,
-    deadline: Deadline,
-    sql: &str,
-    what: &str,
-) -> Result<Vec<Answer>> {
+pub(crate) fn call(pools: &Pools, deadline: Deadline, sql: &str, what: &str) -> Result<Answers> {
     let (_conn, outcome) = with_session(pools, deadline, |s| s.batch(sql, deadline))?;
     outcome.map_err(|e| pools.failed(what, &e))
 }

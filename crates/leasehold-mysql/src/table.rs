@@ -17,7 +17,7 @@
 //! outcome under both.
 
 use crate::names::{micros, row_key, semaphore_row_key, table_ident, token_literal, NOW_US};
-use crate::session::{call, with_session, Answer, Pools};
+use crate::session::{call, with_session, Answers, Pools};
 use crate::sweep::{Every, SWEEP_AFTER_US};
 use crate::waiting::{wait_for, Attempt};
 use crate::Ask;
@@ -158,7 +158,7 @@ impl Table {
         let Some(answers) = self.attempt(pools, deadline, &sql, "acquiring")? else {
             return Ok(Attempt::Held(None));
         };
-        let row = &answers[answers.len() - 2];
+        let row = answers.nth_last(2);
         let kind = if shared {
             LeaseKind::Shared
         } else {
@@ -206,7 +206,7 @@ impl Table {
         let Some(answers) = self.attempt(pools, deadline, &sql, "taking a permit")? else {
             return Ok(Attempt::Held(None));
         };
-        let (mine, first_end) = (&answers[answers.len() - 3], &answers[answers.len() - 2]);
+        let (mine, first_end) = (answers.nth_last(3), answers.nth_last(2));
         Ok(match mine.int(0) {
             Some(fence) => Attempt::Got(
                 RawLease::new(ask.key.clone(), token, fence as u64, ask.ttl, sent)
@@ -466,7 +466,7 @@ impl Table {
         deadline: Deadline,
         sql: &str,
         what: &str,
-    ) -> Result<Option<Vec<Answer>>> {
+    ) -> Result<Option<Answers>> {
         let (_conn, outcome) = with_session(pools, deadline, |s| s.batch(sql, deadline))?;
         match outcome {
             Ok(answers) => Ok(Some(answers)),
@@ -477,7 +477,7 @@ impl Table {
 
     /// `sql` on a pooled session; a failure is `Unavailable`. A batch that InnoDB rolled back to
     /// break a deadlock with another caller is run again while time is left (it changed nothing).
-    fn run(&self, pools: &Pools, deadline: Deadline, sql: &str, what: &str) -> Result<Vec<Answer>> {
+    fn run(&self, pools: &Pools, deadline: Deadline, sql: &str, what: &str) -> Result<Answers> {
         loop {
             let (_conn, outcome) = with_session(pools, deadline, |s| s.batch(sql, deadline))?;
             match outcome {

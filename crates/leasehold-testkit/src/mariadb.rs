@@ -64,8 +64,9 @@ impl MariaDbServer {
     }
 
     fn start_with(args: Vec<String>, extra_sql: &str) -> MariaDbServer {
-        remove_stale_dirs();
-        let dir = TempDir::new("mariadb");
+        let base = data_base();
+        remove_stale_dirs(&base);
+        let dir = TempDir::new_in(&base, "mariadb");
         let data = dir.path().join("data");
         let out = Command::new(tool("mariadb-install-db"))
             .arg("--no-defaults")
@@ -313,10 +314,22 @@ fn tool(name: &str) -> PathBuf {
     }
 }
 
+/// Where data directories go: a RAM file system when there is one (`/dev/shm`), since DDL and
+/// commits sync files and the tests' timings should not depend on a disk shared with other work;
+/// the system temp dir otherwise. A `kill -9` of the server keeps what it wrote either way.
+fn data_base() -> PathBuf {
+    let shm = PathBuf::from("/dev/shm");
+    if std::fs::metadata(&shm).is_ok_and(|m| m.is_dir()) {
+        shm
+    } else {
+        std::env::temp_dir()
+    }
+}
+
 /// Data directories of test processes that died without cleaning up (the shared server's is never
 /// dropped): `leasehold-test-mariadb:PID:…` whose PID is gone.
-fn remove_stale_dirs() {
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+fn remove_stale_dirs(base: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
         return;
     };
     for entry in entries.flatten() {
