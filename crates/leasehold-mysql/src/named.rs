@@ -163,6 +163,9 @@ impl Named {
              SELECT MIN(expires_us) - {NOW_US} FROM {f} WHERE name IN ({list}) \
                AND IS_USED_LOCK(name) = holder"
         );
+        // Made before the lock is taken: nothing may fail between the grant and the lease that
+        // would leave the lock on a session going back to the pool.
+        let token = Token::generate()?;
         let sent = Instant::now();
         let (mut conn, outcome) = with_session(pools, deadline, |s| s.batch(&sql, deadline))?;
         let answers = outcome.map_err(|e| pools.failed("taking a named lock", &e))?;
@@ -228,10 +231,13 @@ impl Named {
             // The session ends with the failure (it is never reused), and the lock with it.
             Err(e) => return Err(pools.failed("drawing the fence", &e)),
         };
-        let fence = answers.nth_last(1).int(0).unwrap_or(0) as u64;
-        let token = Token::generate()?;
+        let Some(fence) = answers.nth_last(1).int(0).filter(|f| *f > 0) else {
+            // Closing the session frees the lock.
+            conn.broken = true;
+            return Err(pools.unavailable("the server returned no fence"));
+        };
         Ok(Attempt::Got(
-            RawLease::new(ask.key.clone(), token, fence.max(1), ask.ttl, sent)
+            RawLease::new(ask.key.clone(), token, fence as u64, ask.ttl, sent)
                 .with_kind(kind)
                 .with_state(Held { conn, name }),
         ))
