@@ -95,7 +95,7 @@ enum leasehold_status leasehold_abi_check(uint32_t expected);
 
 /**
  * Opens a client for the backend `url` names (`file:///dir`, `redis://…`, `redlock://…`,
- * `postgres://…`; see the README for parameters).
+ * `postgres://…`, `mysql://…`; see the README for parameters).
  *
  * `url` must be a NUL-terminated UTF-8 string; it is copied, so the caller may free it at once.
  * On `LEASEHOLD_OK`, `*client_out` receives a new client that the caller owns and must free with

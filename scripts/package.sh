@@ -91,7 +91,7 @@ make_package() {
         echo "Priority: optional"
         echo "Description: $description"
         echo " Leasehold: distributed locks as leases (tokens, fencing tokens, bounded waits)"
-        echo " over local files, Redis (single, Sentinel, Cluster, Redlock) and PostgreSQL."
+        echo " over local files, Redis (single, Sentinel, Cluster, Redlock), PostgreSQL and MySQL/MariaDB."
     } > "$root/DEBIAN/control"
     if [ "$name" = "libleasehold$major" ]; then
         # The SONAME, for dpkg-shlibdeps of packages that link against it; ldconfig refreshes the cache.

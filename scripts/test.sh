@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test of Leasehold: the README's test command, and what .ci/run calls.
 #
-# On a fresh machine it installs what it lacks (redis-server, PostgreSQL, valgrind, PHP with FFI, phpunit,
-# composer, pkg-config) with apt-get. It never uses the machine's shared servers: every test starts its own redis-server and
-# PostgreSQL on free loopback ports. A missing server fails the run; nothing is skipped.
+# On a fresh machine it installs what it lacks (redis-server, PostgreSQL, MariaDB, valgrind, PHP with
+# FFI, phpunit, composer, pkg-config) with apt-get. It never uses the machine's shared servers: every test
+# starts its own redis-server, PostgreSQL and MariaDB on free loopback ports. A missing server fails the
+# run; nothing is skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +15,7 @@ step "tools"
 missing=()
 command -v redis-server >/dev/null || missing+=(redis-server)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+[ -x /usr/sbin/mariadbd ] && command -v mariadb-install-db >/dev/null || missing+=(mariadb-server)
 command -v valgrind >/dev/null || missing+=(valgrind)
 command -v cc >/dev/null || missing+=(gcc)
 command -v make >/dev/null || missing+=(make)
@@ -47,6 +49,7 @@ fi
 # started by the install (the machine's pre-started servers, if any, are left alone).
 redis-server --version
 ls -d /usr/lib/postgresql/*/bin
+/usr/sbin/mariadbd --version
 php -v | sed -n 1p
 grep -qx FFI <<<"$(php_modules)" || { echo "PHP lacks the FFI extension"; exit 1; }
 

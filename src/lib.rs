@@ -38,6 +38,8 @@ pub fn default_url() -> String {
 /// | `redlock://[[user]:password@]h1[:port],h2[:port],h3[:port][/db]` | a majority of N ≥ 3 Redis masters |
 /// | `postgres://…[?lock=advisory]` | PostgreSQL session advisory locks |
 /// | `postgres://…?lock=table[&table=name]` | a PostgreSQL table with a unique key |
+/// | `mysql://…` (`?lock=named`, the default; `mariadb://` is the same) | MySQL/MariaDB `GET_LOCK` on a session the lease owns |
+/// | `mysql://…?lock=table[&table=name]` | an InnoDB table with a unique key |
 ///
 /// Every URL accepts `prefix`, `connect_timeout_ms`, `io_timeout_ms` and `pool_size`.
 pub fn connect(url: &str) -> Result<Client> {
@@ -61,6 +63,7 @@ pub fn connect_config(config: &Config) -> Result<Client> {
         BackendConfig::Postgres(_) => {
             Client::new(leasehold_postgres::PostgresBackend::connect(config)?)
         }
+        BackendConfig::Mysql(_) => Client::new(leasehold_mysql::MysqlBackend::connect(config)?),
         _ => {
             return Err(Error::InvalidArgument(format!(
                 "backend {} is not available in this build",

@@ -75,7 +75,12 @@ fn rust_version_is_what_the_locked_dependencies_need() {
         .iter()
         .map(|n| n["id"].as_str().unwrap())
         .collect();
-    let parse = |v: &str| -> Vec<u32> { v.split('.').map(|p| p.parse().unwrap()).collect() };
+    // "1.89" and "1.89.0" are the same version: compare three components.
+    let parse = |v: &str| -> Vec<u32> {
+        let mut parts: Vec<u32> = v.split('.').map(|p| p.parse().unwrap()).collect();
+        parts.resize(3, 0);
+        parts
+    };
     let mut needed = (vec![0], String::new());
     for package in metadata["packages"].as_array().unwrap() {
         if !in_graph.contains(package["id"].as_str().unwrap()) {

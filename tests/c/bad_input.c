@@ -26,7 +26,7 @@ static void urls(const char *closed_port) {
     bad_url("", LEASEHOLD_INVALID_ARGUMENT);
     EXPECT_ERROR_MENTIONS("empty");
     bad_url("not a url", LEASEHOLD_INVALID_ARGUMENT);
-    bad_url("mysql://127.0.0.1/db", LEASEHOLD_INVALID_ARGUMENT);
+    bad_url("mongodb://127.0.0.1/db", LEASEHOLD_INVALID_ARGUMENT);
     EXPECT_ERROR_MENTIONS("unknown URL scheme");
     bad_url("redis://127.0.0.1?bogus=1", LEASEHOLD_INVALID_ARGUMENT);
     EXPECT_ERROR_MENTIONS("bogus");

@@ -10,7 +10,8 @@ use Leasehold\Exception\LockLostException;
 use Leasehold\Exception\LockTimeoutException;
 
 /**
- * A connection to one lock backend, chosen by URL (file:///dir, redis://…, redlock://…, postgres://…).
+ * A connection to one lock backend, chosen by URL (file:///dir, redis://…, redlock://…, postgres://…,
+ * mysql://…).
  *
  * Share one Client per process: it is cheap to keep and expensive to open. It keeps working in a child after
  * pcntl_fork() (the library opens the child's own connections), so php-fpm and forking queue workers may create

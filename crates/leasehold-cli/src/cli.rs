@@ -9,7 +9,7 @@ const ABOUT: &str =
 
 const URL_HELP: &str =
     "Backend URL: file:///dir, redis://[[user]:password@]host[:port][/db], rediss://…, \
-redlock://h1,h2,h3, postgres://… (default: local files under the temp dir)";
+redlock://h1,h2,h3, postgres://…, mysql://… (default: local files under the temp dir)";
 
 #[derive(Debug, Parser)]
 #[command(name = "leasehold", version, about = ABOUT, after_help = crate::exit::TABLE)]

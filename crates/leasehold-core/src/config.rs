@@ -6,11 +6,15 @@
 //! user info, hosts and ports, password files).
 
 mod file;
+mod mysql;
 mod params;
 mod postgres;
 mod redis;
 
 pub use file::FILE_PARAMS;
+pub use mysql::{
+    MysqlConfig, MysqlLockMode, MysqlSslMode, DEFAULT_MYSQL_PORT, DEFAULT_MYSQL_TABLE, MYSQL_PARAMS,
+};
 pub use postgres::{
     validate_table_name, PostgresConfig, PostgresLockMode, PostgresSslMode, DEFAULT_TABLE,
     POSTGRES_PARAMS,
@@ -23,6 +27,7 @@ pub use redis::{
 use crate::error::{Error, Result};
 use crate::secret::redact;
 use file::parse_file;
+use mysql::parse_mysql;
 use params::{invalid, read_password_file, secret_parts, Query};
 use postgres::parse_postgres;
 use redis::{parse_redis, redis_options, Scheme, Topology};
@@ -87,6 +92,8 @@ pub enum BackendConfig {
     RedisUnix { path: PathBuf, server: RedisServer },
     /// `postgres://` / `postgresql://`
     Postgres(PostgresConfig),
+    /// `mysql://` / `mariadb://`
+    Mysql(MysqlConfig),
 }
 
 impl Config {
@@ -113,6 +120,7 @@ impl Config {
             BackendConfig::Postgres(pg) => {
                 pg.secrets.iter().map(|s| s.expose().to_owned()).collect()
             }
+            BackendConfig::Mysql(my) => my.secrets(),
         }
     }
 
@@ -167,6 +175,16 @@ impl Config {
                     PostgresLockMode::Table => format!("table {}", pg.table),
                 }
             ),
+            BackendConfig::Mysql(my) => format!(
+                "mysql://{}:{}/{} ({})",
+                bracketed(&my.host),
+                my.port,
+                my.database.as_deref().unwrap_or(""),
+                match my.mode {
+                    MysqlLockMode::Named => "named".to_owned(),
+                    MysqlLockMode::Table => format!("table {}", my.table),
+                }
+            ),
         }
     }
 }
@@ -187,6 +205,15 @@ fn passwords<'a>(servers: impl IntoIterator<Item = &'a RedisServer>) -> Vec<Stri
         .filter_map(|s| s.password.as_ref())
         .map(|p| p.expose().to_owned())
         .collect()
+}
+
+/// An IPv6 literal in brackets, as a URL writes it.
+fn bracketed(host: &str) -> String {
+    if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    }
 }
 
 fn hosts(servers: &[RedisServer]) -> String {
@@ -216,7 +243,7 @@ fn parse(url: &str) -> Result<Config> {
     }
     let Some((scheme, rest)) = url.split_once("://") else {
         return Err(invalid(
-            "not a backend URL (expected file://, redis://, rediss://, redlock://, postgres:// or postgresql://)",
+            "not a backend URL (expected file://, redis://, rediss://, redlock://, postgres://, postgresql://, mysql:// or mariadb://)",
         ));
     };
     let scheme = scheme.to_ascii_lowercase();
@@ -232,6 +259,7 @@ fn parse(url: &str) -> Result<Config> {
     match kind {
         Scheme::Postgres => accepted.extend(POSTGRES_PARAMS),
         Scheme::File => accepted.extend(FILE_PARAMS),
+        Scheme::Mysql => accepted.extend(MYSQL_PARAMS),
         Scheme::Redis { tls, topology } => {
             accepted.extend(REDIS_PARAMS);
             if tls {
@@ -274,6 +302,7 @@ fn parse(url: &str) -> Result<Config> {
     let backend = match kind {
         Scheme::File => parse_file(before_query, &query)?,
         Scheme::Postgres => BackendConfig::Postgres(parse_postgres(&scheme, before_query, &query)?),
+        Scheme::Mysql => BackendConfig::Mysql(parse_mysql(before_query, &query)?),
         Scheme::Redis { topology, tls } => {
             let mut backend = parse_redis(topology, tls, before_query, &query)?;
             if let Some(password) = password_file {

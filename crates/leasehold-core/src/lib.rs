@@ -31,7 +31,10 @@ pub mod conformance;
 
 pub use backend::{KeyInfo, LockBackend};
 pub use client::Client;
-pub use config::{BackendConfig, Config, PostgresConfig, PostgresLockMode, RedisServer};
+pub use config::{
+    BackendConfig, Config, MysqlConfig, MysqlLockMode, PostgresConfig, PostgresLockMode,
+    RedisServer,
+};
 pub use deadline::Deadline;
 pub use error::{Error, ErrorKind, Result};
 pub use key::{Key, MAX_KEY_LEN};

@@ -8,6 +8,7 @@
 pub mod checker;
 mod fork;
 pub mod history;
+mod mariadb;
 mod port;
 mod postgres;
 mod proxy;
@@ -17,6 +18,9 @@ mod tempdir;
 pub use checker::{check, CheckConfig, FencedStore, Report};
 pub use fork::in_child;
 pub use history::{History, Op, OpKind, Outcome, Snapshot};
+pub use mariadb::{
+    MariaDbServer, MARIADB_DATABASE, MARIADB_PASSWORD, MARIADB_USER, MARIADB_X509_USER,
+};
 pub use port::free_port;
 pub use postgres::PostgresServer;
 pub use proxy::{Fault, FaultCycler, FaultProxy};

@@ -6,8 +6,12 @@ pub struct TempDir(PathBuf);
 
 impl TempDir {
     pub fn new(label: &str) -> TempDir {
-        let path =
-            std::env::temp_dir().join(format!("leasehold-test-{}", crate::unique_key(label)));
+        TempDir::new_in(&std::env::temp_dir(), label)
+    }
+
+    /// A directory under `base` (a RAM file system for a database's data, say).
+    pub fn new_in(base: &Path, label: &str) -> TempDir {
+        let path = base.join(format!("leasehold-test-{}", crate::unique_key(label)));
         std::fs::create_dir_all(&path).expect("create temp dir");
         TempDir(path)
     }

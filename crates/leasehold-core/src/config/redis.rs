@@ -86,6 +86,7 @@ pub(super) enum Scheme {
     File,
     Redis { topology: Topology, tls: bool },
     Postgres,
+    Mysql,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,6 +112,8 @@ impl Scheme {
         "redlocks",
         "postgres",
         "postgresql",
+        "mysql",
+        "mariadb",
         "valkey",
         "valkeys",
         "valkey+unix",
@@ -130,6 +133,7 @@ impl Scheme {
         match name {
             "file" => Some(Scheme::File),
             "postgres" | "postgresql" => Some(Scheme::Postgres),
+            "mysql" | "mariadb" => Some(Scheme::Mysql),
             "redis" => redis(Topology::Single, false),
             "rediss" => redis(Topology::Single, true),
             "redis+unix" => redis(Topology::Unix, false),

@@ -179,7 +179,7 @@ fn postgres_tls_and_password_file() {
 fn bad_urls_are_clear_and_never_leak_passwords() {
     assert!(err("").contains("empty"));
     assert!(err("not a url").contains("not a backend URL"));
-    assert!(err("mysql://h/db").contains("unknown URL scheme"));
+    assert!(err("mongodb://h/db").contains("unknown URL scheme"));
     let e = err("redis://h?bogus=1");
     assert!(e.contains("`bogus`") && e.contains("prefix, connect_timeout_ms"));
     err("redis://h:0");
@@ -342,4 +342,80 @@ fn valkey_schemes_are_the_redis_schemes() {
     // Only the listed forms: no Valkey Redlock scheme (`redlock://` names Redis masters of any make).
     assert!(err("valkeylock://a,b,c").contains("valkey"));
     assert!(err("valkey+foo://h").contains("valkey+foo"));
+}
+
+#[test]
+fn mysql_urls() {
+    let c = Config::parse(
+        "mysql://app:s3cr%40t@db.example:3307/locks?lock=table&table=my_locks&prefix=p:&pool_size=4",
+    )
+    .unwrap();
+    let BackendConfig::Mysql(my) = &c.backend else {
+        panic!("{c:?}")
+    };
+    assert_eq!(my.mode, MysqlLockMode::Table);
+    assert_eq!(my.table, "my_locks");
+    assert_eq!((my.host.as_str(), my.port), ("db.example", 3307));
+    assert_eq!(my.user.as_deref(), Some("app"));
+    assert_eq!(my.password.as_ref().map(|p| p.expose()), Some("s3cr@t"));
+    assert_eq!(my.database.as_deref(), Some("locks"));
+    assert_eq!(my.ssl_mode, MysqlSslMode::Disabled);
+    assert_eq!((c.prefix.as_str(), c.pool_size), ("p:", 4));
+    assert!(!format!("{c:?} {c}").contains("s3cr"), "{c:?}");
+
+    let c = Config::parse("mariadb://[::1]/db").unwrap();
+    let BackendConfig::Mysql(my) = &c.backend else {
+        panic!("{c:?}")
+    };
+    assert_eq!(my.mode, MysqlLockMode::Named);
+    assert_eq!((my.host.as_str(), my.port), ("::1", DEFAULT_MYSQL_PORT));
+    assert_eq!(my.table, DEFAULT_MYSQL_TABLE);
+    assert!(my.password.is_none());
+
+    let c = Config::parse("mysql://h/db?ssl-mode=required&ssl-ca=/ca.pem").unwrap();
+    let BackendConfig::Mysql(my) = &c.backend else {
+        panic!("{c:?}")
+    };
+    assert_eq!(
+        my.ssl_mode,
+        MysqlSslMode::VerifyCa,
+        "REQUIRED with a CA checks it"
+    );
+    let c = Config::parse(
+        "mysql://h/db?ssl-mode=VERIFY_IDENTITY&ssl-ca=/ca.pem&ssl-cert=/c.pem&ssl-key=/k.pem",
+    )
+    .unwrap();
+    let BackendConfig::Mysql(my) = &c.backend else {
+        panic!("{c:?}")
+    };
+    assert_eq!(my.ssl_mode, MysqlSslMode::VerifyIdentity);
+
+    assert!(err("mysql://h/db?lock=advisory").contains("named"));
+    assert!(err("mysql://h/db?sslmode=require").contains("ssl-mode"));
+    err("mysql://h/db?ssl-mode=VERIFY_CA");
+    err("mysql://h/db?ssl-mode=PREFERRED");
+    err("mysql://h/db?ssl-cert=/c.pem&ssl-mode=REQUIRED");
+    err("mysql://h/db?ssl-mode=DISABLED&ssl-ca=/ca.pem");
+    err("mysql://h/db?table=bad-name");
+    err("mysql://h:0/db");
+    err("mysql://h/a/b");
+    let e = err("mysql://u:hunter2@h:99999/db");
+    assert!(!e.contains("hunter2"), "{e}");
+    let e = err("mysql://u:hunter2@h/db?password_file=/nonexistent");
+    assert!(!e.contains("hunter2"), "{e}");
+    let e = err("mysql://u:hunter2@h/db?nope=1");
+    assert!(e.contains("ssl-mode") && !e.contains("hunter2"), "{e}");
+}
+
+#[test]
+fn mysql_password_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pw");
+    std::fs::write(&file, "from-file\n").unwrap();
+    let c = Config::parse(&format!("mysql://u@h/db?password_file={}", file.display())).unwrap();
+    let BackendConfig::Mysql(my) = &c.backend else {
+        panic!("{c:?}")
+    };
+    assert_eq!(my.password.as_ref().map(|p| p.expose()), Some("from-file"));
+    assert_eq!(c.secrets(), vec!["from-file".to_owned()]);
 }

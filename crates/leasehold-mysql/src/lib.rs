@@ -1,0 +1,234 @@
+//! Leasehold's MySQL/MariaDB backends, chosen by the URL (`mysql://` or `mariadb://`, the same):
+//!
+//! * **named** (`?lock=named`, the default): `GET_LOCK` on a session the lease owns for its whole
+//!   life, like PostgreSQL's advisory locks. The TTL, the holder's session id and the key's fence
+//!   live in a small InnoDB table (`<table>_fences`, `leasehold_locks_fences` by default); an
+//!   acquirer that finds an expired holder ends its session (`KILL CONNECTION`). Exclusive locks
+//!   and semaphores; no shared locks (a named lock is exclusive), no restore (a named lock belongs
+//!   to its session). See the `named` module.
+//! * **table** (`?lock=table[&table=name]`): rows of an InnoDB table with a unique key, expiry by the
+//!   server's clock, compare-and-delete by token; exclusive, shared and permit leases, restore and
+//!   force-release. Nothing is kept on a session between statements, so it works through ProxySQL.
+//!   See the `table` module.
+//!
+//! # Lock names (named mode)
+//!
+//! MySQL limits a lock name to 64 characters, so a key's name is `lh:` and the first 20 bytes (160
+//! bits) of SHA-256 over `prefix ‖ key` in hex: [`lock_name`]. It will never change. A SQL job
+//! takes the same lock with
+//! `GET_LOCK(CONCAT('lh:', LEFT(SHA2(CONCAT('leasehold:', 'report'), 256), 40)), 10)`.
+//!
+//! # Guarantees and their mechanisms
+//!
+//! * Fences: `GREATEST(stored + 1, server clock in µs)`, stored in InnoDB (the fence table in named
+//!   mode, the key's row in table mode), drawn once the key is ours; strictly increasing per key,
+//!   also across a server crash or a lost table, as long as the server's clock does not step back
+//!   by more than the time since the key's last grant. The clock is read independently of the
+//!   session's time zone (`UNIX_TIMESTAMP()` and the µs of `NOW(6)`).
+//! * Bounded: one [`leasehold_core::Deadline`] per call (an acquire: wait + connect + I/O; anything
+//!   else: connect + I/O), from which the pool checkout, the name lookup (core's bounded resolver),
+//!   the connect and every round trip draw; before each round trip the socket's receive and send
+//!   timeouts are set to what is left (at most the I/O timeout), and a watchdog thread (one per
+//!   process, started on first use) shuts the socket down if the round trip as a whole outlives it,
+//!   so a stopped or dripping server gives `Unavailable` in time. A session whose round trip failed
+//!   is never reused. The driver's connect (handshake, and its own name lookup under
+//!   `ssl-mode=VERIFY_IDENTITY` with a host name) runs on a short-lived thread that the caller
+//!   stops waiting for at the deadline.
+//! * A named lease whose session broke (killed, server restarted) is `Lost` at its next call; one
+//!   whose release or extend timed out gives `Unavailable` and is lost from then on (its session is
+//!   closed, which frees the lock once the server reads the close).
+//! * Sessions are pooled by core's thread-free pool (fork-safe: a child never uses or closes its
+//!   parent's sessions); named mode holds one session per lease and per waiter, so `pool_size`
+//!   bounds them.
+//! * Bounded state: rows of leases that ended over a minute ago are deleted (1000 per table at a
+//!   time, at most once a minute per client, from release): table mode's rows, and named mode's
+//!   fence rows of names nobody holds. A fence lost with its row is replaced by the clock term.
+
+mod named;
+mod names;
+mod session;
+mod sweep;
+mod table;
+mod tls;
+mod waiting;
+mod watchdog;
+
+pub use names::lock_name;
+
+use leasehold_core::config::{BackendConfig, MysqlLockMode};
+use leasehold_core::{
+    Config, Error, Key, KeyInfo, LeaseKind, LockBackend, RawLease, Result, Token, Ttl,
+};
+use named::Named;
+use session::{call, Pools};
+use std::fmt;
+use std::time::Duration;
+use table::Table;
+
+/// A MySQL/MariaDB lock backend in either mode. Thread-safe; share it through a
+/// [`leasehold_core::Client`].
+pub struct MysqlBackend {
+    mode: Mode,
+    pools: Pools,
+    prefix: String,
+    describe: String,
+}
+
+enum Mode {
+    Named(Named),
+    Table(Table),
+}
+
+/// One acquire's key (as given and prefixed) and TTL.
+pub(crate) struct Ask<'a> {
+    pub key: &'a Key,
+    /// `prefix ‖ key`, what every name and row key is derived from.
+    pub prefixed: Vec<u8>,
+    pub ttl: Ttl,
+}
+
+impl fmt::Debug for MysqlBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MysqlBackend")
+            .field("backend", &self.describe)
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MysqlBackend {
+    /// Connects and creates the mode's tables if missing. `Unavailable` if the server cannot be
+    /// reached within the timeouts; `InvalidArgument` for a configuration that is not MySQL's.
+    pub fn connect(config: &Config) -> Result<MysqlBackend> {
+        let BackendConfig::Mysql(my) = &config.backend else {
+            return Err(Error::invalid(format!(
+                "not a MySQL URL: {}",
+                config.describe()
+            )));
+        };
+        let pools = Pools::new(
+            my,
+            config.connect_timeout,
+            config.io_timeout,
+            config.pool_size,
+            config.secrets(),
+            config.describe(),
+        )?;
+        // Setting up is one call: bounded by one connect and one I/O timeout in all.
+        let deadline = pools.call();
+        let version = call(&pools, deadline, "SELECT VERSION()", "connecting")?;
+        let version = match version[0].value(0) {
+            Some(mysql::Value::Bytes(b)) => String::from_utf8_lossy(b).into_owned(),
+            _ => String::new(),
+        };
+        tracing::debug!(
+            "leasehold-mysql: connected to {} ({version})",
+            config.describe()
+        );
+        let mode = match my.mode {
+            MysqlLockMode::Table => {
+                let table = Table::new(&my.table);
+                table.ensure(&pools, deadline)?;
+                Mode::Table(table)
+            }
+            _ => {
+                let named = Named::new(&my.table);
+                named.ensure(&pools, deadline)?;
+                Mode::Named(named)
+            }
+        };
+        Ok(MysqlBackend {
+            mode,
+            pools,
+            prefix: config.prefix.clone(),
+            describe: config.describe(),
+        })
+    }
+
+    fn ask<'a>(&self, key: &'a Key, ttl: Ttl) -> Ask<'a> {
+        Ask {
+            key,
+            prefixed: key.prefixed(&self.prefix),
+            ttl,
+        }
+    }
+}
+
+impl LockBackend for MysqlBackend {
+    fn name(&self) -> &'static str {
+        match self.mode {
+            Mode::Named(_) => "mysql-named",
+            Mode::Table(_) => "mysql-table",
+        }
+    }
+
+    fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<RawLease> {
+        self.acquire_as(key, LeaseKind::Exclusive, ttl, Duration::ZERO)
+    }
+
+    fn acquire(&self, key: &Key, ttl: Ttl, wait: Duration) -> Result<RawLease> {
+        self.acquire_as(key, LeaseKind::Exclusive, ttl, wait)
+    }
+
+    fn try_acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl) -> Result<RawLease> {
+        self.acquire_as(key, kind, ttl, Duration::ZERO)
+    }
+
+    fn acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl, wait: Duration) -> Result<RawLease> {
+        let ask = self.ask(key, ttl);
+        match &self.mode {
+            Mode::Named(n) => n.acquire(&self.pools, &ask, kind, wait),
+            Mode::Table(t) => t.acquire(&self.pools, &ask, kind, wait),
+        }
+    }
+
+    fn release(&self, lease: &mut RawLease) -> Result<()> {
+        match &self.mode {
+            Mode::Named(n) => n.release(&self.pools, lease),
+            Mode::Table(t) => {
+                let prefixed = lease.key().prefixed(&self.prefix);
+                t.release(&self.pools, &prefixed, lease)
+            }
+        }
+    }
+
+    fn extend(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        match &self.mode {
+            Mode::Named(n) => n.extend(&self.pools, lease, ttl),
+            Mode::Table(t) => {
+                let prefixed = lease.key().prefixed(&self.prefix);
+                t.extend(&self.pools, &prefixed, lease, ttl)
+            }
+        }
+    }
+
+    fn inspect(&self, key: &Key) -> Result<KeyInfo> {
+        self.inspect_as(key, LeaseKind::Exclusive)
+    }
+
+    fn inspect_as(&self, key: &Key, kind: LeaseKind) -> Result<KeyInfo> {
+        let prefixed = key.prefixed(&self.prefix);
+        match &self.mode {
+            Mode::Named(n) => n.inspect(&self.pools, &prefixed, kind),
+            Mode::Table(t) => t.inspect(&self.pools, &prefixed, kind),
+        }
+    }
+
+    fn restore(&self, key: &Key, token: Token) -> Result<RawLease> {
+        match &self.mode {
+            Mode::Named(_) => Err(Error::invalid(
+                "MySQL named locks belong to the session that took them, so another process \
+                 cannot restore one: use ?lock=table (the lease then lives in a row)",
+            )),
+            Mode::Table(t) => t.restore(&self.pools, &key.prefixed(&self.prefix), key, token),
+        }
+    }
+
+    fn force_release(&self, key: &Key) -> Result<bool> {
+        let prefixed = key.prefixed(&self.prefix);
+        match &self.mode {
+            Mode::Named(n) => n.force_release(&self.pools, &prefixed),
+            Mode::Table(t) => t.force_release(&self.pools, &prefixed),
+        }
+    }
+}

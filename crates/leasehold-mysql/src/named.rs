@@ -1,0 +1,538 @@
+//! Named mode: `GET_LOCK` on a session the lease owns for its whole life (taken from the pool,
+//! returned after `RELEASE_LOCK`), like PostgreSQL's session advisory locks.
+//!
+//! A named lock has no expiry of its own, so the TTL lives in a small InnoDB table
+//! (`<table>_fences`): one row per lock name with the holder's session id and expiry (server
+//! clock), and the key's fence, drawn as `GREATEST(fence + 1, server µs)` once the lock is ours. An
+//! acquirer that finds the lock taken by a session whose lease has expired ends that session
+//! (`KILL CONNECTION`, allowed for sessions of the same account) and takes the lock once the
+//! server has freed it. It decides and kills in a transaction that holds the name's row locked
+//! (`SELECT … FOR UPDATE`), and a holder changes that row before it extends or releases: so the
+//! session ended is still the expired lease's, never one that released meanwhile and took another
+//! lease from the pool (a KILL sent on a stale look did that: the torture test saw the overlap).
+//! The holder's own extend refuses an expired lease, so a holder never extends a lease that
+//! someone is about to break. As a backstop, a lease's session gets
+//! `wait_timeout` = its TTL rounded up plus a second, so a holder that goes silent is
+//! disconnected by the server itself.
+//!
+//! A semaphore of `n` permits is `n` named locks (slots `0..n`); an attempt takes the first free
+//! slot from a rotating start in one statement, its fence drawn from the semaphore's row.
+
+use crate::names::{lock_name, micros, quoted, semaphore_name, slot_name, table_ident, NOW_US};
+use crate::session::{call, int, with_session, Conn2, Failure, Pools, Session};
+use crate::sweep::{Every, SWEEP_AFTER_US};
+use crate::waiting::{wait_for, Attempt};
+use crate::Ask;
+use leasehold_core::{Deadline, Error, KeyInfo, LeaseKind, Permits, RawLease, Result, Token, Ttl};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// How many slots one statement offers `GET_LOCK`.
+const SLOTS_PER_STATEMENT: u32 = 128;
+
+pub(crate) struct Named {
+    fences: String,
+    sweep_due: Every,
+    /// Where the next permit attempt starts, so permits spread over the slots.
+    next_slot: AtomicU32,
+}
+
+/// What a named lease keeps: the session that holds the lock, and the lock's name.
+struct Held {
+    conn: Conn2,
+    name: String,
+}
+
+impl Named {
+    pub fn new(table: &str) -> Named {
+        Named {
+            fences: table_ident(table, "_fences"),
+            sweep_due: Every::minute(),
+            next_slot: AtomicU32::new(0),
+        }
+    }
+
+    /// Creates the fence table if missing.
+    pub fn ensure(&self, pools: &Pools, deadline: Deadline) -> Result<()> {
+        let sql = format!(
+            "CREATE TABLE IF NOT EXISTS {} (\
+               name VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY, \
+               fence BIGINT UNSIGNED NOT NULL DEFAULT 0, holder BIGINT UNSIGNED NOT NULL DEFAULT 0, \
+               expires_us BIGINT NOT NULL DEFAULT 0) ENGINE=InnoDB",
+            self.fences
+        );
+        call(
+            pools,
+            deadline,
+            &sql,
+            &format!("creating the table {}", self.fences),
+        )
+        .map(drop)
+    }
+
+    pub fn acquire(
+        &self,
+        pools: &Pools,
+        ask: &Ask,
+        kind: LeaseKind,
+        wait: Duration,
+    ) -> Result<RawLease> {
+        let deadline = pools.acquire(wait);
+        match kind {
+            LeaseKind::Shared => Err(Error::invalid(
+                "MySQL named locks (GET_LOCK) are exclusive only: use ?lock=table for shared locks",
+            )),
+            LeaseKind::Exclusive => {
+                let name = lock_name(&ask.prefixed);
+                let names = [name.clone()];
+                wait_for(wait, "the key", |_| {
+                    self.attempt(pools, ask, &names, &name, kind, deadline)
+                })
+            }
+            LeaseKind::Permit(n) => {
+                let semaphore = semaphore_name(&ask.prefixed);
+                wait_for(wait, "every permit", |_| {
+                    self.try_permit(pools, ask, &semaphore, n, deadline)
+                })
+            }
+            other => Err(Error::invalid(format!(
+                "MySQL named locks do not offer {} leases",
+                other.name()
+            ))),
+        }
+    }
+
+    fn try_permit(
+        &self,
+        pools: &Pools,
+        ask: &Ask,
+        semaphore: &str,
+        permits: Permits,
+        deadline: Deadline,
+    ) -> Result<Attempt<RawLease>> {
+        let n = permits.get();
+        let start = self.next_slot.fetch_add(1, Ordering::Relaxed) % n;
+        let mut shortest: Option<Duration> = None;
+        let mut offered = 0;
+        while offered < n {
+            let chunk: Vec<String> = (offered..n.min(offered + SLOTS_PER_STATEMENT))
+                .map(|i| slot_name(semaphore, (start + i) % n))
+                .collect();
+            offered += chunk.len() as u32;
+            let kind = LeaseKind::Permit(permits);
+            match self.attempt(pools, ask, &chunk, semaphore, kind, deadline)? {
+                Attempt::Got(lease) => return Ok(Attempt::Got(lease)),
+                Attempt::Held(left) => {
+                    shortest = match (shortest, left) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    }
+                }
+            }
+        }
+        Ok(Attempt::Held(shortest))
+    }
+
+    /// One attempt at the first free lock of `names`, the fence drawn from `fence_row`.
+    fn attempt(
+        &self,
+        pools: &Pools,
+        ask: &Ask,
+        names: &[String],
+        fence_row: &str,
+        kind: LeaseKind,
+        deadline: Deadline,
+    ) -> Result<Attempt<RawLease>> {
+        let f = &self.fences;
+        let list = names
+            .iter()
+            .map(|n| quoted(n))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let cases: String = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| format!(" WHEN GET_LOCK({}, 0) = 1 THEN {i}", quoted(n)))
+            .collect();
+        // The first free name is taken; the others are only looked at (a holder whose lease has
+        // expired, and the earliest expiry for the wait).
+        let sql = format!(
+            "SELECT CASE{cases} END; \
+             SELECT name, holder FROM {f} WHERE name IN ({list}) AND holder <> 0 \
+               AND expires_us <= {NOW_US} AND IS_USED_LOCK(name) = holder LIMIT 1; \
+             SELECT MIN(expires_us) - {NOW_US} FROM {f} WHERE name IN ({list}) \
+               AND IS_USED_LOCK(name) = holder"
+        );
+        // Made before the lock is taken: nothing may fail between the grant and the lease that
+        // would leave the lock on a session going back to the pool.
+        let token = Token::generate()?;
+        let sent = Instant::now();
+        let (mut conn, outcome) = with_session(pools, deadline, |s| s.batch(&sql, deadline))?;
+        let answers = outcome.map_err(|e| pools.failed("taking a named lock", &e))?;
+        let granted = answers[0].int(0).and_then(|i| names.get(i as usize));
+        let name = match (granted, answers[1].rows.first()) {
+            (Some(name), _) => name.clone(),
+            (None, Some(row)) => {
+                let expired = String::from_utf8_lossy(match row.first() {
+                    Some(mysql::Value::Bytes(b)) => b,
+                    _ => &[][..],
+                })
+                .into_owned();
+                let holder = row.get(1).and_then(int).unwrap_or(0);
+                match names.iter().find(|n| **n == expired) {
+                    Some(name) if holder > 0 => {
+                        if !self.take_expired(pools, &mut conn, name, holder, deadline)? {
+                            return Ok(Attempt::Held(Some(Duration::ZERO)));
+                        }
+                        name.clone()
+                    }
+                    _ => return Ok(Attempt::Held(None)),
+                }
+            }
+            (None, None) => {
+                let left = answers[2]
+                    .int(0)
+                    .map(|us| Duration::from_micros(us.max(0) as u64));
+                return Ok(Attempt::Held(left));
+            }
+        };
+        // The lock is ours on this session: record holder and expiry, draw the fence.
+        let ttl = micros(ask.ttl.as_duration());
+        let holder_row = if name == fence_row {
+            String::new()
+        } else {
+            format!(
+                "INSERT INTO {f} (name, holder, expires_us) \
+                   VALUES ({n}, CONNECTION_ID(), {NOW_US} + {ttl}) \
+                 ON DUPLICATE KEY UPDATE holder = VALUES(holder), expires_us = VALUES(expires_us); ",
+                n = quoted(&name)
+            )
+        };
+        let own = name == fence_row;
+        let sql = format!(
+            "SET SESSION wait_timeout = {wt}; {holder_row}\
+             INSERT INTO {f} (name, fence, holder, expires_us) \
+               VALUES ({fr}, {NOW_US}, {holder}, {NOW_US} + {ttl}) \
+             ON DUPLICATE KEY UPDATE fence = GREATEST(fence + 1, VALUES(fence)){more}; \
+             SELECT fence FROM {f} WHERE name = {fr}",
+            wt = wait_timeout(ask.ttl),
+            fr = quoted(fence_row),
+            holder = if own { "CONNECTION_ID()" } else { "0" },
+            // A semaphore's row has no holder; its expiry (the latest permit's) only keeps the
+            // sweep away from it while permits live.
+            more = if own {
+                ", holder = VALUES(holder), expires_us = VALUES(expires_us)"
+            } else {
+                ", expires_us = GREATEST(expires_us, VALUES(expires_us))"
+            },
+        );
+        let answers = match conn.batch(&sql, deadline) {
+            Ok(a) => a,
+            // The session ends with the failure (it is never reused), and the lock with it.
+            Err(e) => return Err(pools.failed("drawing the fence", &e)),
+        };
+        let Some(fence) = answers.nth_last(1).int(0).filter(|f| *f > 0) else {
+            // Closing the session frees the lock.
+            conn.broken = true;
+            return Err(pools.unavailable("the server returned no fence"));
+        };
+        Ok(Attempt::Got(
+            RawLease::new(ask.key.clone(), token, fence as u64, ask.ttl, sent)
+                .with_kind(kind)
+                .with_state(Held { conn, name }),
+        ))
+    }
+
+    pub fn release(&self, pools: &Pools, lease: &mut RawLease) -> Result<()> {
+        let deadline = pools.call();
+        lease.expire();
+        let Some(mut held) = lease.take_state::<Held>() else {
+            return Err(Error::Lost(
+                "the session that held this named lock is gone".into(),
+            ));
+        };
+        let n = quoted(&held.name);
+        let f = &self.fences;
+        // The row first (it names this session as the holder), then the lock: an acquirer that
+        // ends expired holders does so under the row's lock, so it either sees the row cleared
+        // or ends this session before the lock is released and the session goes back to the pool,
+        // never a session that has moved on to another lease.
+        let sql = format!(
+            "SELECT expires_us > {NOW_US} FROM {f} WHERE name = {n} AND holder = CONNECTION_ID(); \
+             UPDATE {f} SET holder = 0, expires_us = LEAST(expires_us, {NOW_US}) \
+               WHERE name = {n} AND holder = CONNECTION_ID(); \
+             SELECT RELEASE_LOCK({n}); \
+             SET SESSION wait_timeout = DEFAULT"
+        );
+        let outcome = held.conn.batch(&sql, deadline);
+        if outcome.is_ok() {
+            self.sweep(&mut held.conn, deadline);
+        }
+        match outcome {
+            Ok(answers) => match (answers[0].int(0), answers[2].int(0)) {
+                (Some(1), Some(1)) => Ok(()),
+                (_, Some(1)) => Err(Error::Lost(
+                    "the lease had expired before its release (the lock is freed now)".into(),
+                )),
+                _ => {
+                    held.conn.broken = true;
+                    Err(Error::Lost(
+                        "this session no longer held the named lock".into(),
+                    ))
+                }
+            },
+            Err(Failure::Timeout) => Err(pools.failed("releasing", &Failure::Timeout)),
+            Err(e) => Err(pools.lost(format!("the session holding the lock ended: {e}"))),
+        }
+    }
+
+    pub fn extend(&self, pools: &Pools, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        let deadline = pools.call();
+        let Some(held) = lease.state_mut::<Held>() else {
+            lease.expire();
+            return Err(Error::Lost(
+                "the session that held this named lock is gone".into(),
+            ));
+        };
+        let n = quoted(&held.name);
+        let us = micros(ttl.as_duration());
+        let sql = format!(
+            "UPDATE {f} SET expires_us = {NOW_US} + {us} WHERE name = {n} \
+               AND holder = CONNECTION_ID() AND expires_us > {NOW_US} \
+               AND IS_USED_LOCK({n}) = CONNECTION_ID(); \
+             SET SESSION wait_timeout = {wt}",
+            f = self.fences,
+            wt = wait_timeout(ttl)
+        );
+        let sent = Instant::now();
+        let outcome = held.conn.batch(&sql, deadline);
+        match outcome {
+            Ok(answers) if answers[0].affected == 1 => {
+                lease.renewed(ttl, sent);
+                Ok(())
+            }
+            Ok(_) => {
+                // Expired: closing the session frees the lock for whoever comes next.
+                if let Some(mut held) = lease.take_state::<Held>() {
+                    held.conn.broken = true;
+                }
+                lease.expire();
+                Err(Error::Lost(
+                    "the lease had expired or its lock was taken over before the extend".into(),
+                ))
+            }
+            Err(e) => {
+                // The session is closed with the failure, and the lock with it: the lease is over.
+                lease.take_state::<Held>();
+                lease.expire();
+                match e {
+                    Failure::Timeout => Err(pools.failed("extending", &e)),
+                    e => Err(pools.lost(format!("the session holding the lock ended: {e}"))),
+                }
+            }
+        }
+    }
+
+    pub fn inspect(&self, pools: &Pools, prefixed: &[u8], kind: LeaseKind) -> Result<KeyInfo> {
+        let deadline = pools.call();
+        let f = &self.fences;
+        if let LeaseKind::Permit(_) = kind {
+            let s = semaphore_name(prefixed);
+            let sql = format!(
+                "SELECT COUNT(*), MAX(expires_us) - {NOW_US}, \
+                   (SELECT fence FROM {f} WHERE name = {sq}) FROM {f} \
+                 WHERE name LIKE '{s}:%' AND IS_USED_LOCK(name) IS NOT NULL",
+                sq = quoted(&s)
+            );
+            let row = &call(pools, deadline, &sql, "inspecting")?[0];
+            let holders = row.int(0).unwrap_or(0);
+            return Ok(KeyInfo::new(
+                holders > 0,
+                row.int(1)
+                    .filter(|_| holders > 0)
+                    .map(|us| Duration::from_micros(us.max(0) as u64)),
+                row.int(2).map(|f| f as u64).filter(|f| *f > 0),
+            )
+            .with_holders(holders as u32, false));
+        }
+        let n = quoted(&lock_name(prefixed));
+        let sql = format!(
+            "SELECT IS_USED_LOCK({n}) IS NOT NULL, \
+               (SELECT expires_us - {NOW_US} FROM {f} WHERE name = {n} AND holder = IS_USED_LOCK({n})), \
+               (SELECT fence FROM {f} WHERE name = {n})"
+        );
+        let row = &call(pools, deadline, &sql, "inspecting")?[0];
+        let held = row.int(0) == Some(1);
+        let info = KeyInfo::new(
+            held,
+            row.int(1)
+                .filter(|_| held)
+                .map(|us| Duration::from_micros(us.max(0) as u64)),
+            row.int(2).map(|f| f as u64).filter(|f| *f > 0),
+        );
+        Ok(if held {
+            info.with_holders(1, false)
+        } else {
+            info
+        })
+    }
+
+    /// Ends the session holding the key's lock (any holder, Leasehold's or not), and waits until
+    /// the server has freed the lock.
+    pub fn force_release(&self, pools: &Pools, prefixed: &[u8]) -> Result<bool> {
+        let deadline = pools.call();
+        let name = lock_name(prefixed);
+        let (mut conn, outcome) =
+            with_session(pools, deadline, |s| self.lock_row(s, &name, deadline))?;
+        let (_, _, Some(holder)) = outcome.map_err(|e| pools.failed("forcing a release", &e))?
+        else {
+            conn.batch("ROLLBACK", deadline)
+                .map_err(|e| pools.failed("forcing a release", &e))?;
+            return Ok(false);
+        };
+        self.kill(pools, &mut conn, holder, deadline)?;
+        wait_until_free(pools, &mut conn, &name, holder, deadline)?;
+        tracing::warn!("leasehold-mysql: forced the release of {name} (ended session {holder})");
+        Ok(true)
+    }
+
+    /// Starts a transaction holding the fence row of `name` locked, and reads the row's holder,
+    /// whether its lease has expired, and who holds the lock. While the row is locked, a
+    /// Leasehold holder can neither extend nor release (both change the row first), so its
+    /// session cannot move on to another lease before it is ended.
+    fn lock_row(
+        &self,
+        session: &mut Session,
+        name: &str,
+        deadline: Deadline,
+    ) -> std::result::Result<(i64, bool, Option<i64>), Failure> {
+        let n = quoted(name);
+        let answers = session.batch(
+            &format!(
+                "START TRANSACTION; \
+                 SELECT holder, expires_us <= {NOW_US} FROM {} WHERE name = {n} FOR UPDATE; \
+                 SELECT IS_USED_LOCK({n})",
+                self.fences
+            ),
+            deadline,
+        )?;
+        Ok((
+            answers[1].int(0).unwrap_or(0),
+            answers[1].int(1) == Some(1),
+            answers[2].int(0),
+        ))
+    }
+
+    /// Ends the session `holder` of `name` if, under the row's lock, it still holds the lock for a
+    /// lease that has expired; then takes the lock on `conn`. `false` when it did not (the holder
+    /// moved on, or the server did not free the lock in time for this attempt).
+    fn take_expired(
+        &self,
+        pools: &Pools,
+        conn: &mut Conn2,
+        name: &str,
+        holder: i64,
+        deadline: Deadline,
+    ) -> Result<bool> {
+        let failed = |e: Failure| pools.failed("ending an expired holder", &e);
+        let (row_holder, expired, user) = self.lock_row(conn, name, deadline).map_err(failed)?;
+        if !(row_holder == holder && expired && user == Some(holder)) {
+            conn.batch("ROLLBACK", deadline).map_err(failed)?;
+            return Ok(false);
+        }
+        self.kill(pools, conn, holder, deadline)?;
+        tracing::info!(
+            "leasehold-mysql: ended session {holder}, whose lease on {name} had expired"
+        );
+        let sql = format!("SELECT GET_LOCK({}, 0)", quoted(name));
+        let until = Instant::now() + Duration::from_millis(500);
+        loop {
+            let answers = conn
+                .batch(&sql, deadline)
+                .map_err(|e| pools.failed("taking a named lock", &e))?;
+            if answers[0].int(0) == Some(1) {
+                return Ok(true);
+            }
+            if Instant::now() >= until || deadline.remaining() < Duration::from_millis(20) {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// `KILL CONNECTION holder` and the commit of the transaction [`Named::lock_row`] started.
+    fn kill(
+        &self,
+        pools: &Pools,
+        session: &mut Session,
+        holder: i64,
+        deadline: Deadline,
+    ) -> Result<()> {
+        let outcome = session.batch(&format!("KILL CONNECTION {holder}"), deadline);
+        let result = match outcome {
+            Ok(_) => Ok(()),
+            // Already gone. A refused KILL leaves nothing open: the session stays usable.
+            Err(Failure::Server(1094, _)) => {
+                session.broken = false;
+                Ok(())
+            }
+            Err(Failure::Server(1095, _)) => Err(pools.unavailable(
+                "cannot end the session holding the lock: KILL needs the same account, or \
+                 CONNECTION_ADMIN (MySQL) / CONNECTION ADMIN (MariaDB)",
+            )),
+            Err(e) => Err(pools.failed("ending the holder's session", &e)),
+        };
+        result?;
+        session
+            .batch("COMMIT", deadline)
+            .map(drop)
+            .map_err(|e| pools.failed("ending the holder's session", &e))
+    }
+}
+
+impl Named {
+    /// Deletes rows of names whose last lease ended over a minute ago and that nobody holds (at
+    /// most 1000, at most once a minute per client): what a key leaves behind is bounded in time.
+    /// A fence lost with its row is replaced by the clock term, which by then is larger.
+    fn sweep(&self, session: &mut Session, deadline: Deadline) {
+        if !self.sweep_due.due() {
+            return;
+        }
+        let sql = format!(
+            "DELETE FROM {} WHERE expires_us < {NOW_US} - {SWEEP_AFTER_US} \
+               AND IS_FREE_LOCK(name) = 1 LIMIT 1000",
+            self.fences
+        );
+        if let Err(e) = session.batch(&sql, deadline) {
+            tracing::debug!("leasehold-mysql: sweeping old fence rows failed: {e}");
+        }
+    }
+}
+
+fn wait_until_free(
+    pools: &Pools,
+    conn: &mut Conn2,
+    name: &str,
+    holder: i64,
+    deadline: Deadline,
+) -> Result<()> {
+    let sql = format!("SELECT IS_USED_LOCK({})", quoted(name));
+    loop {
+        let answers = conn
+            .batch(&sql, deadline)
+            .map_err(|e| pools.failed("forcing a release", &e))?;
+        if answers[0].int(0) != Some(holder) {
+            return Ok(());
+        }
+        if deadline.remaining() < Duration::from_millis(20) {
+            return Err(pools.unavailable("the server did not free the lock in time"));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// The idle limit of a lease's session: past its TTL, so the server never ends a live lease's
+/// session, and close enough that a silent holder does not keep the lock for long.
+fn wait_timeout(ttl: Ttl) -> u64 {
+    ttl.as_millis().div_ceil(1000) + 1
+}

@@ -1,0 +1,120 @@
+//! A bound on a whole round trip, not only on each read.
+//!
+//! The driver reads a reply in as many `recv` calls as the bytes arrive in, and a socket timeout
+//! bounds each call, not their sum: a server (or a network) that drips a reply a few bytes at a
+//! time keeps every `recv` within its timeout while the statement as a whole runs past the call's
+//! deadline (seen in the torture test's slow-drip fault). So each round trip also registers its
+//! socket here with the call's deadline; one thread per process shuts the socket down
+//! (`shutdown(2)`, which ends a blocked `recv` at once) when a deadline passes first, and the
+//! session reports a timeout and is never reused.
+//!
+//! The thread is started on a process's first round trip, and again in a `fork()` child (each
+//! process has a registry of its own: a child never touches what it inherited, whose lock a vanished
+//! thread may hold). If it cannot be started, the socket timeouts alone bound the reads.
+
+use leasehold_core::fork::PerProcess;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
+
+struct Entry {
+    id: u64,
+    at: Instant,
+    fd: RawFd,
+    fired: Arc<AtomicBool>,
+}
+
+struct Watch {
+    entries: Mutex<Vec<Entry>>,
+    wake: Condvar,
+    running: AtomicBool,
+    next_id: AtomicU64,
+}
+
+static CURRENT: PerProcess<Watch> = PerProcess::new();
+
+/// A socket watched until this is dropped (which must happen before the socket is closed).
+pub(crate) struct Guard {
+    id: u64,
+    watch: &'static Watch,
+    fired: Arc<AtomicBool>,
+}
+
+impl Guard {
+    /// Whether the deadline passed and the socket was shut down.
+    pub fn fired(&self) -> bool {
+        self.fired.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let mut entries = self.watch.entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries.retain(|e| e.id != self.id);
+    }
+}
+
+/// Watches `fd` until `at`; `None` when this process has no watchdog thread.
+pub(crate) fn watch(fd: RawFd, at: Instant) -> Option<Guard> {
+    let (watch, made) = CURRENT.get(|| Watch {
+        entries: Mutex::new(Vec::new()),
+        wake: Condvar::new(),
+        running: AtomicBool::new(false),
+        next_id: AtomicU64::new(0),
+    });
+    if made {
+        let spawned = std::thread::Builder::new()
+            .name("leasehold-mysql-watchdog".into())
+            .spawn(move || watch.run());
+        watch.running.store(spawned.is_ok(), Ordering::SeqCst);
+    }
+    if !watch.running.load(Ordering::SeqCst) {
+        return None;
+    }
+    let fired = Arc::new(AtomicBool::new(false));
+    let id = watch.next_id.fetch_add(1, Ordering::Relaxed);
+    let mut entries = watch.entries.lock().unwrap_or_else(|p| p.into_inner());
+    entries.push(Entry {
+        id,
+        at,
+        fd,
+        fired: fired.clone(),
+    });
+    drop(entries);
+    watch.wake.notify_one();
+    Some(Guard { id, watch, fired })
+}
+
+impl Watch {
+    fn run(&self) {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            let now = Instant::now();
+            // Shut down every socket whose deadline has passed, under the lock: a guard removes its
+            // entry (and only then may its socket close) under the same lock, so the descriptor is
+            // still the session's.
+            entries.retain(|e| {
+                if e.at > now {
+                    return true;
+                }
+                e.fired.store(true, Ordering::SeqCst);
+                // SAFETY: shutdown(2) on a descriptor its guard keeps open (see above).
+                unsafe {
+                    libc::shutdown(e.fd, libc::SHUT_RDWR);
+                }
+                false
+            });
+            entries = match entries.iter().map(|e| e.at).min() {
+                None => self.wake.wait(entries).unwrap_or_else(|p| p.into_inner()),
+                Some(at) => {
+                    let wait = at.saturating_duration_since(Instant::now());
+                    self.wake
+                        .wait_timeout(entries, wait)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0
+                }
+            };
+        }
+    }
+}
