@@ -1,8 +1,52 @@
 /* The second version of the ABI on the backend LEASEHOLD_URL names: shared (read) locks, counting
  * semaphores, restoring a lease by key and token, and the operator's force-release; with the bad
- * inputs of CONTRACT §7 for each (every one a clear status, no output written, nothing disturbed). */
+ * inputs of CONTRACT §7 for each (every one a clear status, no output written, nothing disturbed).
+ *
+ * A backend that documents a kind as missing (MySQL named locks: no shared locks, no restore) sets
+ * LEASEHOLD_TEST_NO_SHARED / LEASEHOLD_TEST_NO_RESTORE to 1: the refused call must then be a clear
+ * LEASEHOLD_INVALID_ARGUMENT that names LEASEHOLD_TEST_REFUSAL_HINT (what to use instead), writes
+ * no output and disturbs nothing; every other check runs unchanged. */
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
+
+static int env_flag(const char *name) {
+    const char *value = getenv(name);
+    return value != NULL && strcmp(value, "1") == 0;
+}
+
+/* Refused kinds name what to use instead: LEASEHOLD_TEST_REFUSAL_HINT must be set with either flag,
+ * so a refusal is never checked against an empty needle. */
+static const char *refusal_hint(void) { return env_or_die("LEASEHOLD_TEST_REFUSAL_HINT"); }
+
+/* A backend without shared locks refuses them clearly, leaves the output alone, and the key stays
+ * free for an exclusive lease (nothing half-taken). */
+static void shared_refused(const leasehold_client *client) {
+    char key[128];
+    unique_key(key, sizeof key, "shared-refused");
+    size_t len = strlen(key);
+    leasehold_lease *r = (leasehold_lease *)&r, *w = NULL;
+    EXPECT(LEASEHOLD_INVALID_ARGUMENT, leasehold_try_acquire_shared(client, key, len, 30000, &r));
+    EXPECT_ERROR_MENTIONS(refusal_hint());
+    CHECK(r == (leasehold_lease *)&r);
+    EXPECT(LEASEHOLD_INVALID_ARGUMENT,
+           leasehold_acquire_shared(client, key, len, 30000, 100, &r));
+    EXPECT_ERROR_MENTIONS(refusal_hint());
+    CHECK(r == (leasehold_lease *)&r);
+    EXPECT(LEASEHOLD_OK, leasehold_try_acquire(client, key, len, 30000, &w));
+    /* Refused while a writer holds the key too, and the writer keeps it. */
+    EXPECT(LEASEHOLD_INVALID_ARGUMENT, leasehold_try_acquire_shared(client, key, len, 30000, &r));
+    CHECK(r == (leasehold_lease *)&r);
+    EXPECT(LEASEHOLD_OK, leasehold_lease_extend(w, 60000));
+    EXPECT(LEASEHOLD_OK, leasehold_lease_release(w));
+    leasehold_lease_free(w);
+
+    EXPECT(LEASEHOLD_INVALID_ARGUMENT, leasehold_try_acquire_shared(NULL, key, len, 1000, &r));
+    EXPECT(LEASEHOLD_INVALID_ARGUMENT, leasehold_try_acquire_shared(client, NULL, len, 1000, &r));
+    EXPECT(LEASEHOLD_INVALID_ARGUMENT, leasehold_try_acquire_shared(client, key, 0, 1000, &r));
+    EXPECT(LEASEHOLD_INVALID_ARGUMENT, leasehold_try_acquire_shared(client, key, len, 0, &r));
+    EXPECT(LEASEHOLD_INVALID_ARGUMENT, leasehold_try_acquire_shared(client, key, len, 1000, NULL));
+    CHECK(r == (leasehold_lease *)&r);
+}
 
 static void shared_locks(const leasehold_client *client) {
     char key[128];
@@ -86,15 +130,32 @@ static void semaphores(const leasehold_client *client) {
     CHECK(out == (leasehold_lease *)&out);
 }
 
+static void restore_works(const leasehold_client *client, const char *key, const char *other,
+                          leasehold_lease *original, const char *token);
+static void restore_refused(const leasehold_client *client, const char *key,
+                            leasehold_lease *original, const char *token);
+static void force(const leasehold_client *client, const char *key);
+
 static void restore_and_force(const leasehold_client *client) {
     char key[128], other[128];
     unique_key(key, sizeof key, "restore");
     unique_key(other, sizeof other, "restore-other");
-    size_t len = strlen(key);
-    leasehold_lease *original = NULL, *restored = NULL;
-    EXPECT(LEASEHOLD_OK, leasehold_try_acquire(client, key, len, 30000, &original));
+    leasehold_lease *original = NULL;
+    EXPECT(LEASEHOLD_OK, leasehold_try_acquire(client, key, strlen(key), 30000, &original));
     char token[33];
     memcpy(token, leasehold_lease_token(original), sizeof token);
+    if (env_flag("LEASEHOLD_TEST_NO_RESTORE")) {
+        restore_refused(client, key, original, token);
+    } else {
+        restore_works(client, key, other, original, token);
+    }
+    force(client, key);
+}
+
+static void restore_works(const leasehold_client *client, const char *key, const char *other,
+                          leasehold_lease *original, const char *token) {
+    size_t len = strlen(key);
+    leasehold_lease *restored = NULL;
     EXPECT(LEASEHOLD_OK, leasehold_lease_restore(client, key, len, token, &restored));
     CHECK(leasehold_lease_fence(restored) == leasehold_lease_fence(original));
     CHECK(strcmp(leasehold_lease_token(restored), token) == 0);
@@ -121,7 +182,33 @@ static void restore_and_force(const leasehold_client *client) {
     CHECK(out == (leasehold_lease *)&out);
     leasehold_lease_free(restored);
     leasehold_lease_free(original);
+}
 
+/* A backend without restore refuses it clearly, for a held key's true token and for bad ones,
+ * writes no output, and the holder keeps its lease. */
+static void restore_refused(const leasehold_client *client, const char *key,
+                            leasehold_lease *original, const char *token) {
+    size_t len = strlen(key);
+    leasehold_lease *out = (leasehold_lease *)&out;
+    EXPECT(LEASEHOLD_INVALID_ARGUMENT, leasehold_lease_restore(client, key, len, token, &out));
+    EXPECT_ERROR_MENTIONS(refusal_hint());
+    CHECK(out == (leasehold_lease *)&out);
+    EXPECT(LEASEHOLD_INVALID_ARGUMENT, leasehold_lease_restore(client, key, len, NULL, &out));
+    EXPECT(LEASEHOLD_INVALID_ARGUMENT,
+           leasehold_lease_restore(client, key, len, "ABCDEFABCDEFABCDEFABCDEFABCDEFAB", &out));
+    EXPECT_ERROR_MENTIONS("32 lowercase");
+    EXPECT(LEASEHOLD_INVALID_ARGUMENT, leasehold_lease_restore(client, key, len, token, NULL));
+    CHECK(out == (leasehold_lease *)&out);
+    leasehold_lease *other = (leasehold_lease *)&other;
+    EXPECT(LEASEHOLD_NOT_ACQUIRED, leasehold_try_acquire(client, key, len, 30000, &other));
+    CHECK(other == (leasehold_lease *)&other);
+    EXPECT(LEASEHOLD_OK, leasehold_lease_extend(original, 60000));
+    EXPECT(LEASEHOLD_OK, leasehold_lease_release(original));
+    leasehold_lease_free(original);
+}
+
+static void force(const leasehold_client *client, const char *key) {
+    size_t len = strlen(key);
     /* Force-release frees whoever holds it; the holder then finds it lost. */
     leasehold_lease *stuck = NULL, *next = NULL;
     EXPECT(LEASEHOLD_OK, leasehold_try_acquire(client, key, len, 30000, &stuck));
@@ -140,7 +227,11 @@ static void restore_and_force(const leasehold_client *client) {
 int main(void) {
     leasehold_client *client = NULL;
     EXPECT(LEASEHOLD_OK, leasehold_client_open(env_or_die("LEASEHOLD_URL"), &client));
-    shared_locks(client);
+    if (env_flag("LEASEHOLD_TEST_NO_SHARED")) {
+        shared_refused(client);
+    } else {
+        shared_locks(client);
+    }
     semaphores(client);
     restore_and_force(client);
     leasehold_client_free(client);

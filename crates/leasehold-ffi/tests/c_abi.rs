@@ -1,8 +1,9 @@
 //! Builds the C tests in tests/c against this package's own libleasehold.so, runs each under
-//! valgrind against real backends (a temporary directory, and a redis-server of our own on a free
-//! loopback port), and fails on any failed check, memory error or leaked byte.
+//! valgrind against real backends (a temporary directory, a redis-server of our own on a free
+//! loopback port, and one MariaDB for the whole binary in both MySQL modes), and fails on any failed
+//! check, memory error or leaked byte.
 
-use leasehold_testkit::{free_port, RedisServer, TempDir};
+use leasehold_testkit::{free_port, MariaDbServer, RedisServer, TempDir};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::unix::process::CommandExt;
@@ -206,6 +207,26 @@ fn file_url(dir: &TempDir) -> String {
 fn redis_url(server: &RedisServer) -> String {
     // Generous timeouts: everything runs several times slower under valgrind.
     server.url_with("io_timeout_ms=10000&connect_timeout_ms=10000")
+}
+
+/// The MySQL modes the C tests run in.
+#[derive(Clone, Copy)]
+enum MysqlMode {
+    Named,
+    Table,
+}
+
+/// A URL for the test binary's one MariaDB (starting it takes seconds, so the MySQL tests share it;
+/// every C test uses keys of its own). Generous timeouts: everything runs several times slower
+/// under valgrind.
+fn mysql_url(mode: MysqlMode) -> String {
+    let lock = match mode {
+        MysqlMode::Named => "named",
+        MysqlMode::Table => "table",
+    };
+    MariaDbServer::shared().url_with(&format!(
+        "lock={lock}&io_timeout_ms=10000&connect_timeout_ms=10000"
+    ))
 }
 
 /// The harness itself: a C program that leaks a lease and its client must fail under valgrind.
@@ -624,4 +645,79 @@ fn fuzz_entry_points_local() {
 fn fuzz_entry_points_redis() {
     let server = RedisServer::start();
     fuzz(&redis_url(&server));
+}
+
+#[test]
+fn happy_path_mysql_named() {
+    run("happy_path", &[("LEASEHOLD_URL", &mysql_url(MysqlMode::Named))]);
+}
+
+#[test]
+fn happy_path_mysql_table() {
+    run("happy_path", &[("LEASEHOLD_URL", &mysql_url(MysqlMode::Table))]);
+}
+
+#[test]
+fn bad_inputs_on_mysql_named() {
+    let closed = free_port().to_string();
+    run(
+        "bad_input",
+        &[
+            ("LEASEHOLD_URL", &mysql_url(MysqlMode::Named)),
+            ("LEASEHOLD_TEST_CLOSED_PORT", &closed),
+        ],
+    );
+}
+
+#[test]
+fn bad_inputs_on_mysql_table() {
+    let closed = free_port().to_string();
+    run(
+        "bad_input",
+        &[
+            ("LEASEHOLD_URL", &mysql_url(MysqlMode::Table)),
+            ("LEASEHOLD_TEST_CLOSED_PORT", &closed),
+        ],
+    );
+}
+
+/// Named locks are exclusive and belong to their session, so the backend documents (and the
+/// README says) that shared locks and restore are refused with a pointer to `lock=table`; the C
+/// test checks those refusals instead, and everything else (semaphores, force-release) as usual.
+#[test]
+fn semaphores_and_force_with_shared_and_restore_refused_mysql_named() {
+    run(
+        "kinds",
+        &[
+            ("LEASEHOLD_URL", &mysql_url(MysqlMode::Named)),
+            ("LEASEHOLD_TEST_NO_SHARED", "1"),
+            ("LEASEHOLD_TEST_NO_RESTORE", "1"),
+            ("LEASEHOLD_TEST_REFUSAL_HINT", "lock=table"),
+        ],
+    );
+}
+
+#[test]
+fn shared_semaphores_restore_and_force_mysql_table() {
+    run("kinds", &[("LEASEHOLD_URL", &mysql_url(MysqlMode::Table))]);
+}
+
+#[test]
+fn two_threads_share_one_client_mysql_named() {
+    run("threads", &[("LEASEHOLD_URL", &mysql_url(MysqlMode::Named))]);
+}
+
+#[test]
+fn two_threads_share_one_client_mysql_table() {
+    run("threads", &[("LEASEHOLD_URL", &mysql_url(MysqlMode::Table))]);
+}
+
+#[test]
+fn fork_child_uses_inherited_client_mysql_named() {
+    run("fork", &[("LEASEHOLD_URL", &mysql_url(MysqlMode::Named))]);
+}
+
+#[test]
+fn fork_child_uses_inherited_client_mysql_table() {
+    run("fork", &[("LEASEHOLD_URL", &mysql_url(MysqlMode::Table))]);
 }

@@ -64,10 +64,7 @@ pub(crate) fn watch(fd: RawFd, at: Instant) -> Option<Guard> {
         next_id: AtomicU64::new(0),
     });
     if made {
-        let spawned = std::thread::Builder::new()
-            .name("leasehold-mysql-watchdog".into())
-            .spawn(move || watch.run());
-        watch.running.store(spawned.is_ok(), Ordering::SeqCst);
+        watch.running.store(start(watch), Ordering::SeqCst);
     }
     if !watch.running.load(Ordering::SeqCst) {
         return None;
@@ -86,8 +83,45 @@ pub(crate) fn watch(fd: RawFd, at: Instant) -> Option<Guard> {
     Some(Guard { id, watch, fired })
 }
 
+/// Starts the thread that runs `watch`: a plain pthread, not a `std::thread`. std keeps a thread's
+/// closure, handle and thread-local bookkeeping on the heap, reachable only from that thread; in a
+/// `fork()` child the thread is gone, so a leak checker (valgrind in the C tests) counts them as
+/// lost, and nothing can free or park them. This thread allocates nothing of its own, and its
+/// `Watch` is parked with the rest of the parent's state.
+fn start(watch: &'static Watch) -> bool {
+    extern "C" fn main(arg: *mut libc::c_void) -> *mut libc::c_void {
+        // SAFETY: `arg` is the `&'static Watch` given to pthread_create below; a parked `Watch` is
+        // never freed.
+        let watch = unsafe { &*(arg as *const Watch) };
+        // `run` never returns and never panics (poisoned locks are taken over), so nothing unwinds
+        // out of this extern "C" function.
+        watch.run()
+    }
+    let mut thread: libc::pthread_t = 0;
+    // SAFETY: default attributes; `main` has the signature pthread_create expects, and its argument
+    // lives for the rest of the process.
+    let rc = unsafe {
+        libc::pthread_create(
+            &mut thread,
+            std::ptr::null(),
+            main,
+            watch as *const Watch as *mut libc::c_void,
+        )
+    };
+    if rc != 0 {
+        return false;
+    }
+    // SAFETY: `thread` was just created and is neither joined nor detached yet. A name has at
+    // most 15 bytes: the one std gave this thread before, as it was truncated.
+    unsafe {
+        libc::pthread_setname_np(thread, c"leasehold-mysql".as_ptr());
+        libc::pthread_detach(thread);
+    }
+    true
+}
+
 impl Watch {
-    fn run(&self) {
+    fn run(&self) -> ! {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             let now = Instant::now();
