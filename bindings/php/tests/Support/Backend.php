@@ -38,6 +38,23 @@ final class Backend
             static fn (string $key) => $server->deleteLock($key));
     }
 
+    /**
+     * MySQL/MariaDB on the suite's shared MariaDB, in table mode (the mode that can restore a lease in another
+     * process, and whose rows can be deleted underneath) or named mode (`GET_LOCK`: exclusive locks and semaphores,
+     * no restore; its lock belongs to a session, so nothing can delete it underneath).
+     */
+    public static function mysql(string $lock = 'table'): self
+    {
+        $server = MariaDbServer::shared();
+        return new self('mysql-' . $lock, $server->url($lock, ['connect_timeout_ms' => 2000, 'io_timeout_ms' => 2000]),
+            static function (string $key) use ($server, $lock): void {
+                if ($lock !== 'table') {
+                    throw new \LogicException('a named lock belongs to its session: nothing deletes it underneath');
+                }
+                $server->deleteLock($key);
+            });
+    }
+
     /** @return array<string, array{callable(): self}> for a @dataProvider */
     public static function both(): array
     {

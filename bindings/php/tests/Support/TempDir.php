@@ -4,15 +4,19 @@ declare(strict_types=1);
 
 namespace Leasehold\Tests\Support;
 
-/** A private directory under the system temp dir, removed with its contents when the object goes away. */
+/**
+ * A private directory under the system temp dir (or under $base), removed with its contents when the object goes
+ * away.
+ */
 final class TempDir
 {
     public readonly string $path;
     private int $ownerPid;
 
-    public function __construct(string $label)
+    public function __construct(string $label, ?string $base = null)
     {
-        $base = sys_get_temp_dir() . '/leasehold-php-' . $label . '-' . getmypid() . '-' . bin2hex(random_bytes(4));
+        $base = ($base ?? sys_get_temp_dir()) . '/leasehold-php-' . $label . '-' . getmypid() . '-'
+            . bin2hex(random_bytes(4));
         if (!mkdir($base, 0700, true)) {
             throw new \RuntimeException("cannot create $base");
         }
