@@ -1,4 +1,5 @@
-//! The `leasehold` binary end to end, on the local backend and on a real redis-server: what a cron line
+//! The `leasehold` binary end to end, on the local backend and on a real redis-server (and `run` on
+//! MariaDB in both MySQL modes): what a cron line
 //! `leasehold run --url … nightly-report -- php report.php` must do for an operator.
 
 mod support;
@@ -726,4 +727,45 @@ fn shared_runs_and_permits_share_the_key() {
     assert_eq!(code(&finish(p2)), 0);
     let out = leasehold(&url, &["run", "--permits", "0", &sem, "--", "true"]);
     assert_eq!(code(&out), 64, "{}", stderr(&out));
+}
+
+/// `leasehold run --url mysql://…` in both modes: the command runs under the lock (a second run of
+/// the same key is refused with 75 while it does), gets its key and fence, and the lease is released
+/// when it ends.
+#[test]
+fn run_takes_a_mysql_lock_in_both_modes() {
+    let server = leasehold_testkit::MariaDbServer::start();
+    for mode in ["named", "table"] {
+        let url = server.url_with(&format!("lock={mode}"));
+        let key = unique_key(&format!("mysql-{mode}"));
+        let dir = scratch();
+        let (started, finish_now) = (file(&dir, "started"), file(&dir, "finish"));
+        // The job says it runs, then waits (never past the test's limit) until told to finish.
+        let job = format!(
+            "touch {started}; i=0; while [ ! -e {finish} ] && [ $i -lt 600 ]; do sleep 0.05; \
+             i=$((i+1)); done; printf '%s %s\\n' \"$LEASEHOLD_KEY\" \"$LEASEHOLD_FENCE\"",
+            started = started.display(),
+            finish = finish_now.display(),
+        );
+        let holder = spawn(&url, &["run", &key, "--", "sh", "-c", &job]);
+        wait_for_file(&started);
+
+        let out = leasehold(&url, &["run", &key, "--", "true"]);
+        assert_eq!(code(&out), 75, "{mode}: {}", stderr(&out));
+        let err = one_line_error(&out);
+        assert!(!err.contains(leasehold_testkit::MARIADB_PASSWORD), "{err}");
+        let client = leasehold::connect(&url).expect("connect");
+        assert!(client.inspect(&key).expect("inspect").held, "{mode}");
+
+        std::fs::write(&finish_now, "").expect("tell the job to finish");
+        let out = finish(holder);
+        assert_eq!(code(&out), 0, "{mode}: {}", stderr(&out));
+        let text = stdout(&out);
+        let (got_key, fence) = text.trim().rsplit_once(' ').expect("key and fence");
+        assert_eq!(got_key, key, "{mode}");
+        assert!(fence.parse::<u64>().expect("a fence") >= 1, "{mode}: {text}");
+        assert!(!client.inspect(&key).expect("inspect").held, "{mode}");
+        let out = leasehold(&url, &["run", &key, "--", "true"]);
+        assert_eq!(code(&out), 0, "{mode}: {}", stderr(&out));
+    }
 }
