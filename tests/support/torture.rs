@@ -254,7 +254,8 @@ fn worker(w: usize, plan: &Plan, url: &str, h: &History, store: &FencedStore, st
 }
 
 /// Puts a [`FaultProxy`] in front of every host:port of `url` (redis://, rediss://, redlock://
-/// h1,h2,…, postgres://…host:port…) and returns the URL through them. Hosts are resolved once.
+/// h1,h2,…, postgres://…host:port…, mysql:// and mariadb://…host:port…) and returns the URL through
+/// them. Hosts are resolved once.
 pub fn proxied(url: &str) -> (String, Vec<Arc<FaultProxy>>) {
     let (scheme, rest) = url.split_once("://").expect("a URL with a scheme");
     let auth_end = rest.find(['/', '?']).unwrap_or(rest.len());
@@ -265,6 +266,8 @@ pub fn proxied(url: &str) -> (String, Vec<Arc<FaultProxy>>) {
     };
     let default_port = if scheme.starts_with("postgres") {
         5432
+    } else if scheme == "mysql" || scheme == "mariadb" {
+        3306
     } else {
         6379
     };
