@@ -763,7 +763,10 @@ fn run_takes_a_mysql_lock_in_both_modes() {
         let text = stdout(&out);
         let (got_key, fence) = text.trim().rsplit_once(' ').expect("key and fence");
         assert_eq!(got_key, key, "{mode}");
-        assert!(fence.parse::<u64>().expect("a fence") >= 1, "{mode}: {text}");
+        assert!(
+            fence.parse::<u64>().expect("a fence") >= 1,
+            "{mode}: {text}"
+        );
         assert!(!client.inspect(&key).expect("inspect").held, "{mode}");
         let out = leasehold(&url, &["run", &key, "--", "true"]);
         assert_eq!(code(&out), 0, "{mode}: {}", stderr(&out));

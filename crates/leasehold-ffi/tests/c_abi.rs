@@ -649,12 +649,18 @@ fn fuzz_entry_points_redis() {
 
 #[test]
 fn happy_path_mysql_named() {
-    run("happy_path", &[("LEASEHOLD_URL", &mysql_url(MysqlMode::Named))]);
+    run(
+        "happy_path",
+        &[("LEASEHOLD_URL", &mysql_url(MysqlMode::Named))],
+    );
 }
 
 #[test]
 fn happy_path_mysql_table() {
-    run("happy_path", &[("LEASEHOLD_URL", &mysql_url(MysqlMode::Table))]);
+    run(
+        "happy_path",
+        &[("LEASEHOLD_URL", &mysql_url(MysqlMode::Table))],
+    );
 }
 
 #[test]
@@ -704,12 +710,18 @@ fn shared_semaphores_restore_and_force_mysql_table() {
 
 #[test]
 fn two_threads_share_one_client_mysql_named() {
-    run("threads", &[("LEASEHOLD_URL", &mysql_url(MysqlMode::Named))]);
+    run(
+        "threads",
+        &[("LEASEHOLD_URL", &mysql_url(MysqlMode::Named))],
+    );
 }
 
 #[test]
 fn two_threads_share_one_client_mysql_table() {
-    run("threads", &[("LEASEHOLD_URL", &mysql_url(MysqlMode::Table))]);
+    run(
+        "threads",
+        &[("LEASEHOLD_URL", &mysql_url(MysqlMode::Table))],
+    );
 }
 
 #[test]
