@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the PHP package's PHPUnit suite against libleasehold (already built: `cargo build --release -p
 # leasehold-ffi`, or LEASEHOLD_LIBRARY=/path/to/libleasehold.so). The suite starts its own redis-server,
-# PostgreSQL and php-fpm on free loopback ports. Exits non-zero on any failure, and when something it needs is missing.
+# PostgreSQL, MariaDB and php-fpm on free loopback ports. Exits non-zero on any failure, and when something it needs is missing.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -15,6 +15,9 @@ command -v phpunit >/dev/null || fail "phpunit is not installed (Debian: apt-get
 command -v redis-server >/dev/null || fail "redis-server is not installed (Debian: apt-get install redis-server)"
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || [[ -n "${LEASEHOLD_TEST_PG_BIN:-}" ]] \
     || fail "PostgreSQL is not installed (Debian: apt-get install postgresql)"
+{ [[ -x /usr/sbin/mariadbd ]] || [[ -x /usr/sbin/mysqld ]] || command -v mariadbd >/dev/null; } \
+    && command -v mariadb-install-db >/dev/null && command -v mariadb >/dev/null \
+    || fail "MariaDB is not installed (Debian: apt-get install mariadb-server mariadb-client)"
 ls /usr/sbin/php-fpm* >/dev/null 2>&1 || command -v php-fpm >/dev/null || [[ -n "${PHP_FPM:-}" ]] \
     || fail "php-fpm is not installed (Debian: apt-get install php-fpm)"
 for ext in ffi pcntl posix pdo_sqlite redis; do
