@@ -31,6 +31,17 @@
 //! | 126 | `run`: the command is not executable |
 //! | 127 | `run`: the command was not found |
 
+/// Writes one line to stderr in one write(2). The command that `run` starts shares our stderr, and
+/// `eprintln!` writes its pieces one by one, so the command's own output ("Terminated" from a shell
+/// told to stop) could land inside our line. A write of up to PIPE_BUF bytes to a pipe is atomic.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let line = format!("{}\n", format_args!($($arg)*));
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    }};
+}
+
 mod bench;
 mod child;
 mod cli;
@@ -78,7 +89,7 @@ fn main() -> ExitCode {
     match outcome {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {
-            eprintln!("leasehold: {}", exit::one_line(&failure.message));
+            say!("leasehold: {}", exit::one_line(&failure.message));
             ExitCode::from(failure.code)
         }
     }
@@ -129,7 +140,7 @@ fn usage_error(e: clap::Error) -> ExitCode {
                 .collect();
             let first = message.join(" ");
             let first = first.strip_prefix("error: ").unwrap_or(&first);
-            eprintln!("leasehold: {first} (see leasehold --help)");
+            say!("leasehold: {first} (see leasehold --help)");
             ExitCode::from(exit::USAGE)
         }
     }

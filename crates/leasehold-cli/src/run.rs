@@ -49,7 +49,7 @@ pub fn run(client: &Client, args: &RunArgs) -> Result<u8, Failure> {
         Err(e) => return Err(e.into()),
     };
     if args.verbose {
-        eprintln!(
+        say!(
             "leasehold: acquired \"{shown}\" ({}, fence {}, ttl {})",
             lease.kind(),
             lease.fence(),
@@ -111,7 +111,7 @@ pub fn run(client: &Client, args: &RunArgs) -> Result<u8, Failure> {
                 }
                 OnLost::Ignore => "letting the command finish (--on-lost ignore)".to_owned(),
             };
-            eprintln!("leasehold: lease lost while the command ran ({reason}); {action}");
+            say!("leasehold: lease lost while the command ran ({reason}); {action}");
             lost = true;
         }
         if kill_at.is_some_and(|at| Instant::now() >= at) {
@@ -137,7 +137,7 @@ pub fn run(client: &Client, args: &RunArgs) -> Result<u8, Failure> {
     match lease.release() {
         Ok(()) => {
             if args.verbose {
-                eprintln!(
+                say!(
                     "leasehold: released \"{shown}\"; the command ended ({})",
                     child::describe(status)
                 );
@@ -154,7 +154,7 @@ pub fn run(client: &Client, args: &RunArgs) -> Result<u8, Failure> {
         )),
         Err(e) => {
             // The job did its work; the lease runs out at its TTL. Say so, keep the job's status.
-            eprintln!(
+            say!(
                 "leasehold: could not release \"{shown}\" ({}); it expires within {}",
                 exit::one_line(&e.to_string()),
                 humantime::format_duration(args.ttl)

@@ -7,6 +7,7 @@
 
 mod kinds;
 mod restore;
+pub mod stopped;
 
 pub use kinds::{run_semaphore, run_shared, semaphore_limit};
 pub use restore::{run_force_release, run_restore, run_restore_refused};
