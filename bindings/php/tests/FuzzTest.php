@@ -153,7 +153,7 @@ final class FuzzTest extends LeaseholdTestCase
         fwrite(STDERR, sprintf("\nPHP fuzz: LEASEHOLD_FUZZ_SEED=%d LEASEHOLD_FUZZ_CASES=%d\n", $seed, $cases));
         mt_srand($seed);
         $client = Client::connect('file://' . self::$dir?->path);
-        $counts = ['ok' => 0, 'invalid' => 0, 'lost' => 0];
+        $counts = ['ok' => 0, 'invalid' => 0, 'lost' => 0, 'expired' => 0];
         for ($n = 0; $n < $cases; $n++) {
             $key = self::key();
             $ttl = self::number();
@@ -188,17 +188,33 @@ final class FuzzTest extends LeaseholdTestCase
                 self::assertNotSame('', $e->getMessage());
                 $counts['invalid']++;
             } catch (LockLostException $e) {
-                self::assertSame(4, $op, 'lost outside restoreLock: ' . $e->getMessage() . ' in ' . $context());
-                $counts['lost']++;
+                // Documented twice over: a restore of a token nobody holds, and a release or extend of a lease
+                // whose TTL ran out before it (a TTL of a few milliseconds can, on a busy machine).
+                $expired = $op !== 4 && self::shortLived($op === 3 ? [$ttl, $wait] : [$ttl]);
+                self::assertTrue($op === 4 || $expired,
+                    'lost outside restoreLock and with a long TTL: ' . $e->getMessage() . ' in ' . $context());
+                $counts[$op === 4 ? 'lost' : 'expired']++;
             } catch (\Throwable $e) {
                 self::fail(sprintf('%s: %s in %s', get_class($e), $e->getMessage(), $context()));
             }
         }
         fwrite(STDERR, sprintf(
-            "PHP fuzz: %d cases: %d accepted, %d refused as invalid, %d lost (restore of a token nobody holds)\n",
-            $cases, $counts['ok'], $counts['invalid'], $counts['lost'],
+            "PHP fuzz: %d cases: %d accepted, %d refused as invalid, %d lost (restore of a token nobody holds), "
+                . "%d expired before their release (TTL under a second)\n",
+            $cases, $counts['ok'], $counts['invalid'], $counts['lost'], $counts['expired'],
         ));
         self::assertSame($cases, array_sum($counts));
+    }
+
+    /** @param list<mixed> $ttls whether any of these (valid) TTLs is short enough to run out within a call */
+    private static function shortLived(array $ttls): bool
+    {
+        foreach ($ttls as $ttl) {
+            if ((is_int($ttl) || is_float($ttl)) && $ttl < 1.0) {
+                return true;
+            }
+        }
+        return false;
     }
 
     private static function andAll(bool|null ...$parts): ?bool
