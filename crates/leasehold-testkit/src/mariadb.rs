@@ -244,6 +244,15 @@ impl MariaDbServer {
     /// notices. MariaDB is one process, so this stops every session.
     pub fn pause(&self) {
         self.signal(libc::SIGSTOP);
+        // kill(2) returns before every thread of mariadbd has stopped: one still running could answer
+        // a query sent right after the pause. Wait (bounded) until /proc shows each thread stopped.
+        if let Some(child) = &self.child {
+            let tasks = format!("/proc/{}/task", child.id());
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while std::time::Instant::now() < until && !all_stopped(&tasks) {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        }
     }
 
     /// Continues a server stopped by [`MariaDbServer::pause`].
@@ -348,4 +357,24 @@ fn remove_stale_dirs(base: &std::path::Path) {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
+}
+
+/// Whether every thread listed under `/proc/<pid>/task` is stopped (state `T` or `t`).
+fn all_stopped(tasks: &str) -> bool {
+    let Ok(entries) = std::fs::read_dir(tasks) else {
+        return true; // gone: nothing left to answer
+    };
+    entries.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("stat"))
+            .ok()
+            .and_then(|stat| {
+                // The state follows the parenthesised command name, which may itself hold spaces.
+                let after = stat.rsplit_once(')')?.1;
+                after
+                    .split_whitespace()
+                    .next()
+                    .map(|s| s == "T" || s == "t")
+            })
+            .unwrap_or(true)
+    })
 }
