@@ -1,6 +1,6 @@
 /* The second version of the ABI on the backend LEASEHOLD_URL names: shared (read) locks, counting
  * semaphores, restoring a lease by key and token, and the operator's force-release; with the bad
- * inputs of CONTRACT §7 for each (every one a clear status, no output written, nothing disturbed).
+ * inputs every layer must survive, for each (every one a clear status, no output written, nothing disturbed).
  *
  * A backend that documents a kind as missing (MySQL named locks: no shared locks, no restore) sets
  * LEASEHOLD_TEST_NO_SHARED / LEASEHOLD_TEST_NO_RESTORE to 1: the refused call must then be a clear
