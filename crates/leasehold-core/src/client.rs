@@ -1,6 +1,7 @@
 //! The user-facing handle over any backend.
 
 use crate::backend::{KeyInfo, LockBackend};
+use crate::clock::BootTime;
 use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::kind::{LeaseKind, Permits, MAX_PERMITS};
@@ -113,6 +114,7 @@ impl Client {
         let (key, kind, ttl, wait) = checked.inspect_err(|e: &Error| self.stats.error(e.kind()))?;
         self.stats.count(Event::AcquireAttempt);
         let retries_before = stats::retries_so_far();
+        let sent = BootTime::now();
         let start = Instant::now();
         let result = match (kind, wait.is_zero()) {
             (LeaseKind::Exclusive, true) => self.backend.try_acquire(&key, ttl),
@@ -128,7 +130,12 @@ impl Client {
             self.stats.round_trip(elapsed);
         }
         match result {
-            Ok(raw) => {
+            Ok(mut raw) => {
+                if wait.is_zero() {
+                    // One attempt: whatever the backend retried inside it, and however long the
+                    // host slept during it, the key is proven ours only from before the first send.
+                    raw.cap_from(ttl, sent);
+                }
                 self.stats.count(Event::Acquired);
                 match raw.kind() {
                     LeaseKind::Shared => self.stats.count(Event::AcquiredShared),

@@ -57,7 +57,22 @@ struct LeaseState {
     /// The loss was already counted and logged (by extend or a renewal); a later release that finds
     /// it lost again must not count it twice, nor call a deletion an expiry.
     loss_noted: bool,
+    /// The shortest TTL asked for by an extend whose outcome is unknown. Such a request may still
+    /// reach the server after a later extend has been confirmed, and then set the key's expiry to
+    /// its own TTL from that moment: so from then on a confirmed extend sent at `t` proves the key
+    /// only until `t` plus the shorter of the two TTLs. Kept for the lease's life, since nothing
+    /// bounds how late a request held in the network may arrive.
+    unknown_extend: Option<Ttl>,
+    /// Set when a release's outcome is unknown: the lease is over for its holder (the release may
+    /// run later), and this is the deadline it had before. A retried release that then finds the
+    /// key not ours while the lease would still have been valid learns that the first one ran.
+    ending: Option<BootTime>,
 }
+
+/// Why an extend after a release of unknown outcome is refused: the release may still reach the
+/// server after the extend and free the key under a holder who believes it holds.
+const ENDED_BY_RELEASE: &str =
+    "a release of this lease did not answer; the lease is over (the release may still take effect)";
 
 impl LeaseCell {
     fn lock(&self) -> MutexGuard<'_, LeaseState> {
@@ -97,21 +112,34 @@ impl LeaseCell {
     }
 
     fn extend_locked(&self, state: &mut LeaseState, ttl: Ttl, what: &str) -> Result<()> {
+        if state.ending.is_some() {
+            return Err(Error::Lost(ENDED_BY_RELEASE.into()));
+        }
+        // Dated before anything is sent, on the clock that counts a suspended host: whatever the
+        // backend does inside the call (retries, a reconnect), the key is only proven ours from here.
+        let sent = BootTime::now();
         let start = Instant::now();
         let result = self.backend.extend(&mut state.raw, ttl);
         self.stats.round_trip(start.elapsed());
         match &result {
-            Ok(()) => state.ttl = ttl,
+            Ok(()) => {
+                state.ttl = ttl;
+                let proven = state.unknown_extend.map_or(ttl, |late| late.min(ttl));
+                state.raw.cap_from(proven, sent);
+            }
             Err(Error::Lost(_)) => {
                 self.note_lost(state, what);
                 state.raw.expire();
             }
+            // Refused before anything was sent.
+            Err(Error::InvalidArgument(_)) => {}
             Err(e) => {
                 self.note_error(e, what);
-                // The extend may have reached the backend before it failed (a reply lost, a call
-                // that timed out): the lease may now end `ttl` after it was sent, possibly sooner
-                // than before. Believe the earlier of the two.
-                state.raw.shorten_to(ttl, start);
+                // The extend may or may not have run (a reply lost, a call that timed out), and a
+                // server that did not answer in time may have let the key expire: until a later
+                // extend is confirmed, nothing proves the key is still ours.
+                state.unknown_extend = Some(state.unknown_extend.map_or(ttl, |t| t.min(ttl)));
+                state.raw.expire();
             }
         }
         self.publish(state);
@@ -123,7 +151,7 @@ impl Renew for LeaseCell {
     /// One keep-alive renewal, run by the shared thread.
     fn renew(&self) -> Next {
         let mut state = self.lock();
-        if state.released || !state.keep_alive {
+        if state.released || !state.keep_alive || state.ending.is_some() {
             state.renewing = false;
             return Next::Stop;
         }
@@ -185,6 +213,8 @@ impl Lease {
                 renewing: false,
                 keep_alive_error: None,
                 loss_noted: false,
+                unknown_extend: None,
+                ending: None,
             }),
         };
         cell.publish(&cell.lock());
@@ -257,6 +287,9 @@ impl Lease {
         if state.released {
             return Err(Error::invalid("lease already released"));
         }
+        if enabled && state.ending.is_some() {
+            return Err(Error::Lost(ENDED_BY_RELEASE.into()));
+        }
         state.keep_alive = enabled;
         if enabled && !state.renewing {
             state.renewing = true;
@@ -301,8 +334,12 @@ impl Lease {
     }
 
     /// Like [`Lease::release`] but keeps the handle, for callers (the C ABI) that free it separately.
-    /// A second call gives `InvalidArgument` ("already released"). After `Unavailable` the lease is still
-    /// held and the release may be tried again.
+    /// A second call gives `InvalidArgument` ("already released").
+    ///
+    /// After `Unavailable` the release may or may not have run, so the lease is over for its holder:
+    /// `remaining()` is zero, keep-alive stops and `extend` gives `Lost`. The release may be tried
+    /// again, to free the key before its TTL; a retry that finds the key no longer ours while the
+    /// lease would still have been valid answers `Ok` (only the first release can have removed it).
     pub fn release_in_place(&mut self) -> Result<()> {
         self.check_owner()?;
         let cell = &self.cell;
@@ -310,9 +347,17 @@ impl Lease {
         if state.released {
             return Err(Error::invalid("lease already released"));
         }
+        let valid_until = state.ending.unwrap_or(state.raw.boot_deadline());
         let start = Instant::now();
-        let result = cell.backend.release(&mut state.raw);
+        let mut result = cell.backend.release(&mut state.raw);
         cell.stats.round_trip(start.elapsed());
+        if state.ending.is_some()
+            && matches!(result, Err(Error::Lost(_)))
+            && BootTime::now() < valid_until
+        {
+            // Until `valid_until` nobody else could have taken the key: the earlier release ran.
+            result = Ok(());
+        }
         match &result {
             Ok(()) => {
                 cell.stats.count(Event::ReleaseOk);
@@ -326,10 +371,12 @@ impl Lease {
             }
             Err(e) => cell.note_error(e, "release"),
         }
-        if !matches!(result, Err(Error::Unavailable(_)) | Err(Error::Internal(_))) {
+        state.keep_alive = false;
+        state.raw.expire();
+        if matches!(result, Err(Error::Unavailable(_)) | Err(Error::Internal(_))) {
+            state.ending = Some(valid_until);
+        } else {
             state.released = true;
-            state.keep_alive = false;
-            state.raw.expire();
         }
         cell.publish(&state);
         result

@@ -106,11 +106,13 @@ impl RawLease {
         self.deadline = BootTime::from_instant(deadline);
     }
 
-    /// Moves the deadline to what an extend sent at `sent` for `ttl` would give, if that is earlier:
-    /// for an extend whose outcome is unknown.
-    pub fn shorten_to(&mut self, ttl: Ttl, sent: Instant) {
-        let extended = BootTime::from_instant(ttl.deadline_from(sent));
-        self.deadline = self.deadline.min(extended);
+    /// Caps the deadline at what a request sent at `sent` (on the boot clock) for `ttl` could have
+    /// given. Core calls this after every confirmed grant or extend with the time it sent the first
+    /// request, so that neither a backend's retry nor a host suspended during the round trip can
+    /// date the lease later than its first send.
+    pub fn cap_from(&mut self, ttl: Ttl, sent: BootTime) {
+        let valid = ttl.as_duration().saturating_sub(ttl.drift());
+        self.deadline = self.deadline.min(sent.saturating_add(valid));
     }
 
     /// Marks the lease as expired now (it was found lost).

@@ -428,14 +428,17 @@ pub(crate) fn call_rows(
 pub(crate) type Timed<T> = (Conn, std::result::Result<(Instant, T), Failure>);
 
 /// [`with_session`] for a call whose lease or extension counts from when it was sent: `sent` is taken
-/// just before each try of `f`, so a TTL is never dated after the server could have started it.
+/// just before the first try of `f` and kept for every retry. A try whose reply was lost may have
+/// committed (the retry then finds the row already ours), so the TTL is never dated after the
+/// server could have started it.
 pub(crate) fn timed<T>(
     pools: &Pools,
     deadline: Deadline,
     mut f: impl FnMut(&mut Session) -> std::result::Result<T, Failure>,
 ) -> Result<Timed<T>> {
+    let mut first: Option<Instant> = None;
     with_session(pools, deadline, |s| {
-        let sent = Instant::now();
+        let sent = *first.get_or_insert_with(Instant::now);
         f(s).map(|x| (sent, x))
     })
 }

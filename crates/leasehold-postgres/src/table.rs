@@ -308,6 +308,9 @@ impl Table {
             Some(_) => Err(Error::Lost(
                 "the lease had expired (its row is now removed)".into(),
             )),
+            // Nobody else can have taken the key while the lease was valid: a row gone before
+            // then was removed by this release's own earlier try, whose reply was lost.
+            None if !lease.remaining().is_zero() => Ok(()),
             None => Err(Error::Lost(
                 "the key no longer holds this lease's token (expired and taken, or released)"
                     .into(),
