@@ -508,6 +508,7 @@ impl RedisBackend {
             prefix: &self.prefix,
             signal_ttl: self.signal_ttl,
             heartbeat: self.heartbeat,
+            replicas_allowance: self.replicas_allowance,
         }
     }
 }

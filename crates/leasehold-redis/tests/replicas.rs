@@ -40,7 +40,6 @@ fn waiting_client(master: &RedisServer) -> Client {
 }
 
 #[derive(Clone, Copy, Debug)]
-#[allow(dead_code)]
 enum Kind {
     Exclusive,
     Shared,
@@ -123,6 +122,26 @@ fn acquire_short_of_replicas_is_given_back(kind: Kind) {
 #[test]
 fn exclusive_extend_short_of_replicas_is_lost_with_no_time_left() {
     extend_short_of_replicas_is_lost(Kind::Exclusive);
+}
+
+#[test]
+fn shared_extend_short_of_replicas_is_lost_with_no_time_left() {
+    extend_short_of_replicas_is_lost(Kind::Shared);
+}
+
+#[test]
+fn permit_extend_short_of_replicas_is_lost_with_no_time_left() {
+    extend_short_of_replicas_is_lost(Kind::Permit);
+}
+
+#[test]
+fn shared_acquire_short_of_replicas_is_unavailable_and_given_back() {
+    acquire_short_of_replicas_is_given_back(Kind::Shared);
+}
+
+#[test]
+fn permit_acquire_short_of_replicas_is_unavailable_and_given_back() {
+    acquire_short_of_replicas_is_given_back(Kind::Permit);
 }
 
 #[test]
