@@ -21,6 +21,10 @@
 //! the same token, and the acquire script counts a key already holding that token as granted, so
 //! a retry is never blocked by its own partial keys.
 //!
+//! A node that lost its data (restarted without persistence) grants nothing until every lease it
+//! may have granted is over, so a lease that held a bare majority through it keeps its exclusion:
+//! see `gate.rs`.
+//!
 //! Errors: other owners holding enough nodes that no quorum is possible is contention
 //! (`NotAcquired` once the wait is over); failed nodes alone ruling a quorum out is `Unavailable`,
 //! after one round, however long the wait: a cluster that is down does not come back within a
@@ -49,6 +53,7 @@
 
 mod fanout;
 mod fence;
+mod gate;
 mod kinds;
 mod node;
 mod pipeline;
@@ -68,6 +73,7 @@ use leasehold_core::{Token, Ttl};
 use node::{Queueing, RedlockKeys};
 use round::{listen_until, lost, Round};
 use std::fmt;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tally::{Taint, Tally};
@@ -87,6 +93,10 @@ pub struct RedlockBackend {
     io_timeout: Duration,
     /// The courtesy pause's memory (see `wait.rs`).
     contended: RecentContention,
+    /// How far this client moved each node's horizon (see `gate.rs`).
+    horizons: Arc<gate::Horizons>,
+    /// The nodes that answered an acquire without a stamp, to be stamped (see `gate.rs`).
+    unstamped: Arc<Vec<AtomicBool>>,
 }
 
 impl fmt::Debug for RedlockBackend {
@@ -128,6 +138,8 @@ impl RedlockBackend {
             connect_timeout: config.connect_timeout,
             io_timeout: config.io_timeout,
             contended: RecentContention::default(),
+            horizons: Arc::new(gate::Horizons::new(servers.len())),
+            unstamped: Arc::new((0..servers.len()).map(|_| AtomicBool::new(false)).collect()),
         };
         let calls = backend.call_deadline();
         let mut replies =
@@ -324,11 +336,12 @@ impl LockBackend for RedlockBackend {
         let calls = self.call_deadline();
         let op = NodeOp::new(&self.prefix, lease.key(), lease.kind());
         let replies = {
-            let (keys, op) = (keys.clone(), op.clone());
+            let (keys, op, horizons) = (keys.clone(), op.clone(), self.horizons.clone());
             self.fanout.call_all(
                 &keys.base.lock.clone(),
                 self.answer_timing(calls),
-                move |_, node| {
+                move |i, node| {
+                    gate::reach(&horizons, i, node, &keys.gate, ttl, calls)?;
                     kinds::settle(
                         node,
                         &keys,

@@ -11,7 +11,7 @@ use leasehold_core::wait::held_elsewhere;
 use leasehold_core::{Deadline, Error, Key, RawLease, Result, Token, Ttl};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// How one acquire round ended.
 pub(super) enum Round {
@@ -23,10 +23,52 @@ pub(super) enum Round {
     Down(Error),
 }
 
+/// The longest a round waits for nodes it just stamped to grant, before it runs once more: a new
+/// deployment's (no wait) or a node whose forgotten leases are long over (the drift allowance).
+const STAMPED_RETRY: Duration = Duration::from_millis(20);
+
 impl RedlockBackend {
-    /// One acquire round on every node with `token`, asking each for what `op` says.
+    /// One acquire round on every node with `token`, asking each for what `op` says. Nodes that
+    /// answer without a stamp are stamped (see `gate.rs`); when that lets them grant at once, and
+    /// the round was refused, it runs once more.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn round(
+        &self,
+        key: &Key,
+        keys: &Arc<RedlockKeys>,
+        op: &NodeOp,
+        token: Token,
+        ttl: Ttl,
+        queueing: Queueing,
+        bound: Deadline,
+        tainted: &Taint,
+    ) -> Round {
+        let first = self.round_once(key, keys, op, token, ttl, queueing, bound, tainted);
+        // Also after a granted round: a node left unstamped would be missing when a later failure
+        // leaves too few answers to stamp it. Rare (a node new or restarted empty), and it costs
+        // two more calls per node once. Marks include nodes that answered after an earlier round
+        // was decided.
+        let unstamped = self
+            .unstamped
+            .iter()
+            .fold(false, |any, u| u.swap(false, Ordering::AcqRel) | any);
+        if !unstamped {
+            return first;
+        }
+        let hold = self.stamp(self.calls_by(bound));
+        match (first, hold) {
+            (Round::Refused(..), Some(hold)) if hold <= STAMPED_RETRY && !bound.is_past() => {
+                std::thread::sleep(hold);
+                self.round_once(key, keys, op, token, ttl, queueing, bound, tainted)
+            }
+            (first, _) => first,
+        }
+    }
+
+    /// [`RedlockBackend::round`]'s one run. A node that answers without a stamp, even after the
+    /// round was decided, is marked in `self.unstamped`.
+    #[allow(clippy::too_many_arguments)]
+    fn round_once(
         &self,
         key: &Key,
         keys: &Arc<RedlockKeys>,
@@ -45,6 +87,7 @@ impl RedlockBackend {
             Arc::new((0..n).map(|_| AtomicBool::new(false)).collect());
         let mut replies = {
             let (keys, took_at, op) = (keys.clone(), took_at.clone(), op.clone());
+            let unstamped = self.unstamped.clone();
             let affinity = keys.base.lock.clone();
             // Every node gets the acquire even when a quorum answers first: a lease held on a bare
             // majority would be lost to a single node restarting empty. Calls still unsent when the
@@ -58,6 +101,9 @@ impl RedlockBackend {
                     (answer, took_at.get(i))
                 {
                     took.store(true, Ordering::Release);
+                }
+                if let (Ok(Answer::Unstamped), Some(u)) = (answer, unstamped.get(i)) {
+                    u.store(true, Ordering::Release);
                 }
             };
             let lock = matches!(op, NodeOp::Lock);
@@ -118,6 +164,8 @@ impl RedlockBackend {
                     tally.no += 1;
                     ranks.extend(rank);
                 }
+                // Granting nothing until stamped: a refusal, not a failure.
+                Ok(Answer::Unstamped) => tally.no += 1,
                 Err(e) => tally.failed.push(e),
             }
         }
