@@ -904,8 +904,9 @@ return {1, fence_at(F, us, tonumber(ARGV[5]), ARGV[6]), slot}
 );
 
 /// KEYS: slots, slot of, expiries. ARGV: token, ttl ms (`0`: release). Release or extend a
-/// Redlock permit on one node while it is unexpired (1), else 0; a release frees the slot even
-/// if expired.
+/// Redlock permit on one node while it is unexpired, else 0; a release frees the slot even if
+/// expired. A release answers 1, an extend the slot the node holds the token in, plus 1: a
+/// permit is a quorum of nodes holding the same slot, so the client counts an extend by slot.
 const REDLOCK_PERMIT_SETTLE: &str = with_helpers!(
     r"
 local S, T, E = KEYS[1], KEYS[2], KEYS[3]
@@ -916,6 +917,7 @@ if not slot then
 end
 local now = now_ms()
 local live = tonumber(redis.call('ZSCORE', E, token) or '0') > now
+  and redis.call('HGET', S, slot) == token
 if ttl > 0 and live then
   redis.call('ZADD', E, now + ttl, token)
   for _, k in ipairs({S, T, E}) do
@@ -923,7 +925,7 @@ if ttl > 0 and live then
       redis.call('PEXPIRE', k, ttl)
     end
   end
-  return 1
+  return tonumber(slot) + 1
 end
 if ttl == 0 or not live then
   if redis.call('HGET', S, slot) == token then

@@ -280,6 +280,50 @@ fn a_node_restarted_empty_grants_nothing_while_a_bare_majority_lease_through_it_
     later.release().unwrap();
 }
 
+/// A Redlock permit is a quorum of nodes granting the SAME slot. A node holding the permit's
+/// token in another slot (a late grant of that slot) is not part of the lease: an extend that
+/// counted it kept a permit alive on one node of its slot, and a 2-permit semaphore then had
+/// three live holders.
+#[test]
+fn a_redlock_permit_extends_only_on_a_quorum_of_its_own_slot() {
+    let nodes = servers(3);
+    let url = url(&nodes, FAST);
+    let (a, b) = (client(&url), client(&url));
+    let key = unique_key("redlock-permit-slot");
+    let k = Key::new(key.as_bytes()).unwrap();
+    let name = |tag: &[u8]| leasehold_redis::keys::namespaced("leasehold:", tag, &k);
+    let (slots, slot_of, expiries) = (name(b"pn:"), name(b"pt:"), name(b"ps:"));
+    let mut first = a.try_acquire_permit(&key, 2, LONG).unwrap();
+    let token = first.token();
+    let token = token.as_str().as_bytes();
+    assert!(
+        wait_until(Duration::from_secs(5), || nodes
+            .iter()
+            .all(|n| n.command(&[b"HGET", &slot_of, token]) == "$1\r\n0\r\n")),
+        "the first permit did not get slot 0 on every node"
+    );
+    // Node 1 forgot the permit; node 2 holds its token in slot 1 rather than slot 0. Slot 0 is
+    // the lease's on node 0 alone.
+    nodes[1].command(&[b"HDEL", &slots, b"0"]);
+    nodes[1].command(&[b"HDEL", &slot_of, token]);
+    nodes[1].command(&[b"ZREM", &expiries, token]);
+    nodes[2].command(&[b"HDEL", &slots, b"0"]);
+    nodes[2].command(&[b"HSET", &slots, b"1", token]);
+    nodes[2].command(&[b"HSET", &slot_of, token, b"1"]);
+    let extended = first.extend(LONG);
+    let second = b.try_acquire_permit(&key, 2, LONG);
+    let third = b.try_acquire_permit(&key, 2, LONG);
+    let live = usize::from(first.remaining() > Duration::ZERO)
+        + usize::from(second.is_ok())
+        + usize::from(third.is_ok());
+    eprintln!(
+        "permit extend on one node of its slot gave {:?}; then {live} live holders of 2 permits",
+        extended.as_ref().map_err(|e| e.to_string())
+    );
+    assert!(live <= 2, "{live} live holders of a 2-permit semaphore");
+    assert_eq!(kind(extended), ErrorKind::Lost);
+}
+
 #[test]
 fn a_hung_node_does_not_stall_acquire() {
     let nodes = servers(5);

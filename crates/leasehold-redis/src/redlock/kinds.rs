@@ -198,7 +198,46 @@ pub(crate) fn settle(
                 .invoke(c)
         })?,
     };
-    Ok(done == 1)
+    // A permit's extend answers its slot + 1 (see `extend_on`).
+    Ok(done >= 1)
+}
+
+/// One node's extend: the slot the node holds our token in (`Some(0)` for a lock or a share, which
+/// have none), or `None` when it does not hold it. A permit counts only on a quorum of one slot
+/// (see the module docs), so the caller groups these answers by slot.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn extend_on(
+    node: &Node,
+    keys: &RedlockKeys,
+    op: &NodeOp,
+    token: &Token,
+    ttl: Ttl,
+    signal_ttl: Duration,
+    deadline: Deadline,
+) -> Result<Option<u32>> {
+    let NodeOp::Permit { keys: k, .. } = op else {
+        let held = settle(
+            node,
+            keys,
+            op,
+            token,
+            Some(ttl),
+            false,
+            signal_ttl,
+            deadline,
+        )?;
+        return Ok(held.then_some(0));
+    };
+    let done: i64 = node.call("extend", deadline, |c| {
+        REDLOCK_PERMIT_SETTLE_SCRIPT
+            .key(&k.slots)
+            .key(&k.slot_of)
+            .key(&k.holders)
+            .arg(token.as_str())
+            .arg(ttl.as_millis())
+            .invoke(c)
+    })?;
+    Ok(u32::try_from(done - 1).ok())
 }
 
 /// Raises one node's counter (and a share's record) to at least `fence`; returns the counter.

@@ -342,21 +342,24 @@ impl LockBackend for RedlockBackend {
                 self.answer_timing(calls),
                 move |i, node| {
                     gate::reach(&horizons, i, node, &keys.gate, ttl, calls)?;
-                    kinds::settle(
-                        node,
-                        &keys,
-                        &op,
-                        &token,
-                        Some(ttl),
-                        false,
-                        signal_ttl,
-                        calls,
-                    )
+                    kinds::extend_on(node, &keys, &op, &token, ttl, signal_ttl, calls)
                 },
             )
         };
-        match self.by_quorum("extend", lease.key(), replies) {
-            Ok(()) => {
+        match self.by_slot_quorum("extend", lease.key(), replies) {
+            Ok(elsewhere) => {
+                // Nodes holding our token in another slot are no part of the permit: free them.
+                self.release_on(
+                    &elsewhere,
+                    &keys,
+                    &op,
+                    token,
+                    lease.deadline(),
+                    false,
+                    None,
+                    calls,
+                    None,
+                );
                 let valid_until = start
                     .checked_add(ttl.as_duration().saturating_sub(ttl.drift()))
                     .unwrap_or(start);
