@@ -481,6 +481,20 @@ impl Node {
             .is_none_or(|major| major >= 6))
     }
 
+    /// The server's `run_id` (`INFO server`): it names one server process whatever address
+    /// reached it. `None` when the server does not say (INFO denied by an ACL, a failed call).
+    pub(crate) fn run_id(&self, deadline: Deadline) -> Option<String> {
+        let info = self
+            .run(&self.pool, "info", deadline, |c| {
+                redis::cmd("INFO").arg("server").query::<String>(c)
+            })
+            .ok()?;
+        info.lines()
+            .find_map(|l| l.strip_prefix("run_id:"))
+            .map(|id| id.trim().to_owned())
+            .filter(|id| !id.is_empty())
+    }
+
     /// Whether the server takes fractional `BLPOP` timeouts (Redis ≥ 6), which native waiting
     /// needs.
     pub fn blocks_fractionally(&self) -> bool {

@@ -324,6 +324,21 @@ fn a_redlock_permit_extends_only_on_a_quorum_of_its_own_slot() {
     assert_eq!(kind(extended), ErrorKind::Lost);
 }
 
+/// One server listed twice under two names counts its one vote twice: with `127.0.0.1:p`,
+/// `localhost:p` and one more server, a "quorum" of two entries can be that one server alone.
+#[test]
+fn one_server_listed_twice_under_two_names_is_refused() {
+    let nodes = servers(2);
+    let (p0, p1) = (nodes[0].port(), nodes[1].port());
+    let url = format!("redlock://127.0.0.1:{p0},localhost:{p0},127.0.0.1:{p1}?{FAST}");
+    let connected = connect(&url);
+    eprintln!(
+        "one server under two names: connect gave {:?}",
+        connected.as_ref().map(|_| ()).map_err(|e| e.to_string())
+    );
+    assert_eq!(kind(connected.map(|_| ())), ErrorKind::InvalidArgument);
+}
+
 #[test]
 fn a_hung_node_does_not_stall_acquire() {
     let nodes = servers(5);

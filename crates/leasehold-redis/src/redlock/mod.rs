@@ -146,15 +146,20 @@ impl RedlockBackend {
             backend
                 .fanout
                 .call_all(b"", backend.answer_timing(calls), move |_, node| {
-                    node.check(calls).map(|_| ())
+                    node.check(calls).map(|_| node.run_id(calls))
                 });
         let mut tally = Tally::new(backend.fanout.len(), quorum);
-        while let Some((_, r)) = tally.hear_all(&mut replies, "connect") {
+        let mut run_ids: Vec<(usize, String)> = Vec::new();
+        while let Some((i, r)) = tally.hear_all(&mut replies, "connect") {
             match r {
-                Ok(()) => tally.yes += 1,
+                Ok(run_id) => {
+                    tally.yes += 1;
+                    run_ids.extend(run_id.map(|id| (i, id)));
+                }
                 Err(e) => tally.failed.push(e),
             }
         }
+        backend.check_distinct(&run_ids)?;
         if tally.yes < quorum {
             return Err(Error::unavailable(
                 tally.unavailable("connect").message(),
@@ -170,6 +175,25 @@ impl RedlockBackend {
             }
         }
         Ok(backend)
+    }
+
+    /// Refuses one server listed twice under different names (`localhost:6379` and
+    /// `127.0.0.1:6379`, a DNS alias): its one vote would count twice, so a "majority" could be a
+    /// minority of the real servers. Told by the servers' `run_id`s (nodes that did not say are
+    /// not compared).
+    fn check_distinct(&self, run_ids: &[(usize, String)]) -> Result<()> {
+        for (n, (i, id)) in run_ids.iter().enumerate() {
+            if let Some((j, _)) = run_ids[..n].iter().find(|(_, other)| other == id) {
+                let name = |k: usize| self.fanout.nodes().nth(k).map_or("?", |node| node.name());
+                return Err(Error::invalid(format!(
+                    "redlock: {} and {} are the same server (run_id {id}); every node must be \
+                     an independent Redis master",
+                    name(*j),
+                    name(*i)
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// The number of nodes that must agree.
