@@ -372,17 +372,11 @@ impl LockBackend for RedlockBackend {
         };
         match self.by_slot_quorum("extend", lease.key(), replies) {
             Ok(elsewhere) => {
-                // Nodes holding our token in another slot are no part of the permit: free them.
+                // Nodes holding our token in another slot are no part of the permit: free them
+                // (worth it until what they just extended would lapse anyway).
+                let expires = start.checked_add(ttl.as_duration()).unwrap_or(start);
                 self.release_on(
-                    &elsewhere,
-                    &keys,
-                    &op,
-                    token,
-                    lease.deadline(),
-                    false,
-                    None,
-                    calls,
-                    None,
+                    &elsewhere, &keys, &op, token, expires, false, None, calls, None,
                 );
                 let valid_until = start
                     .checked_add(ttl.as_duration().saturating_sub(ttl.drift()))
