@@ -22,19 +22,21 @@ fn replicated() -> (RedisServer, RedisServer) {
             master.port().to_string(),
         ],
     );
-    let online = wait_until(Duration::from_secs(20), || {
-        let info = master.command(&[b"INFO", b"replication"]);
-        info.contains("connected_slaves:1") && info.contains("state=online")
+    // Online, and acknowledging writes (a replica that just finished its sync may not yet).
+    let acking = wait_until(Duration::from_secs(20), || {
+        master.command(&[b"SET", b"replicas-probe", b"1"]);
+        master.command(&[b"WAIT", b"1", b"200"]).trim() == ":1"
     });
-    assert!(online, "the replica did not come online");
+    assert!(acking, "the replica did not come online");
     (master, replica)
 }
 
-/// A client that waits for one replica, for at most 300 ms (a paused replica never answers).
+/// A client that waits for one replica, for at most 1 s (a paused replica never answers; a
+/// loaded machine may keep a live one a few hundred ms).
 fn waiting_client(master: &RedisServer) -> Client {
     client(
         &master.url_with(
-            "replicas=1&replicas_timeout_ms=300&connect_timeout_ms=1000&io_timeout_ms=1000",
+            "replicas=1&replicas_timeout_ms=1000&connect_timeout_ms=1000&io_timeout_ms=1000",
         ),
     )
 }
