@@ -20,11 +20,11 @@
 use crate::connection::ConnectSettings;
 use crate::keys::RedisKeys;
 use crate::kind_keys::{PermitKeys, SharedKeys};
-use crate::node::{millis, Failure, Node, Via};
+use crate::node::{millis, Failure, Node, ScriptCall, Via};
 use crate::pause;
 use crate::scripts::{
     INSPECT_KINDS_SCRIPT, PERMIT_ACQUIRE_SCRIPT, PERMIT_INSPECT_SCRIPT, PERMIT_SETTLE_SCRIPT,
-    SHARED_ACQUIRE_SCRIPT,
+    SHARED_ACQUIRE_SCRIPT, SHARED_SETTLE_SCRIPT,
 };
 use crate::topology::Topology;
 use crate::wire::Wire;
@@ -32,6 +32,15 @@ use leasehold_core::wait::held_elsewhere;
 use leasehold_core::{Deadline, Error, Key, KeyInfo, LeaseKind, RawLease, Result, Token, Ttl};
 use redis::{RedisResult, Script};
 use std::time::{Duration, Instant};
+
+/// Which acquire script to run, for which lease.
+struct Acquire<'a> {
+    script: &'static Script,
+    kind: LeaseKind,
+    key: &'a Key,
+    /// A semaphore's size (its script's last argument).
+    permits: Option<u32>,
+}
 
 /// One acquire script's outcome.
 enum Step {
@@ -52,6 +61,8 @@ pub(crate) struct Single<'a> {
     pub(crate) prefix: &'a str,
     pub(crate) signal_ttl: Duration,
     pub(crate) heartbeat: Duration,
+    /// `replicas=N`: how much longer than a plain call an acquire or extend may take (the `WAIT`).
+    pub(crate) replicas_allowance: Duration,
 }
 
 /// An acquire script's mode (`try`, `wait` or `last`) and waiter TTL in ms. Shared locks and
@@ -97,6 +108,84 @@ impl Single<'_> {
         Deadline::for_call(self.settings.connect_timeout, self.settings.io_timeout)
     }
 
+    /// The bound of one acquire attempt or extend: a call's, plus the `WAIT` for replicas.
+    fn write_deadline(&self) -> Deadline {
+        Deadline::for_call(
+            self.settings.connect_timeout,
+            self.settings
+                .io_timeout
+                .saturating_add(self.replicas_allowance),
+        )
+    }
+
+    /// The settle script of a share or a permit (see `scripts.rs`): a release (`ms` 0) or an
+    /// extend to `ms`, with the keys whose node serves it.
+    fn settle_call(
+        &self,
+        kind: LeaseKind,
+        key: &Key,
+        token: &Token,
+        ms: u64,
+    ) -> Result<(RedisKeys, ScriptCall<'static>)> {
+        let signal_ttl = millis(self.signal_ttl);
+        let (base, call) = match kind {
+            LeaseKind::Shared => {
+                let k = SharedKeys::new(self.prefix, key);
+                let b = &k.base;
+                let call = ScriptCall::new(&SHARED_SETTLE_SCRIPT).keys([
+                    &b.lock,
+                    &b.queue,
+                    &b.heartbeats,
+                    &k.shares,
+                    &k.share_fences,
+                ]);
+                (k.base, call)
+            }
+            LeaseKind::Permit(_) => {
+                let k = PermitKeys::new(self.prefix, key);
+                let call = ScriptCall::new(&PERMIT_SETTLE_SCRIPT).keys([
+                    &k.holders,
+                    &k.queue,
+                    &k.heartbeats,
+                ]);
+                (k.base, call)
+            }
+            other => {
+                return Err(Error::Internal(format!(
+                    "redis: {} leases go through the lock path",
+                    other.name()
+                )))
+            }
+        };
+        let call = call
+            .arg(token.as_str())
+            .arg(ms)
+            .arg(&base.signal_prefix)
+            .arg(&base.signal_suffix)
+            .arg(signal_ttl);
+        Ok((base, call))
+    }
+
+    /// Gives a share or a permit back on `node` (a write its replicas did not acknowledge).
+    /// `Ok(true)`: deleted; `Ok(false)`: the token no longer held it.
+    fn give_back_on(
+        &self,
+        node: &Node,
+        via: Via,
+        kind: LeaseKind,
+        key: &Key,
+        token: &Token,
+        deadline: Deadline,
+    ) -> Result<bool> {
+        let (_, call) = self.settle_call(kind, key, token, 0)?;
+        let done: i64 = node
+            .call_routed("release", deadline, |c| {
+                call.send(c, via, None).map(|(done, _)| done)
+            })
+            .map_err(Failure::into_error)?;
+        Ok(done == 1)
+    }
+
     /// Runs `f` on a connection to the node serving `keys` (see the struct's docs); `f` gets that
     /// node too (its name and fence retention).
     fn call<T>(
@@ -137,13 +226,24 @@ impl Single<'_> {
                     &k.share_fences,
                 ];
                 let script = &SHARED_ACQUIRE_SCRIPT;
-                self.run_acquire(script, b, &keys, None, token, ttl, mode, deadline)
+                let acquire = Acquire {
+                    script,
+                    kind,
+                    key,
+                    permits: None,
+                };
+                self.run_acquire(&acquire, b, &keys, token, ttl, mode, deadline)
             }
             LeaseKind::Permit(permits) => {
                 let k = PermitKeys::new(self.prefix, key);
                 let keys = [&k.holders, &k.fence, &k.queue, &k.heartbeats];
-                let (script, permits) = (&PERMIT_ACQUIRE_SCRIPT, Some(permits.get()));
-                self.run_acquire(script, &k.base, &keys, permits, token, ttl, mode, deadline)
+                let acquire = Acquire {
+                    script: &PERMIT_ACQUIRE_SCRIPT,
+                    kind,
+                    key,
+                    permits: Some(permits.get()),
+                };
+                self.run_acquire(&acquire, &k.base, &keys, token, ttl, mode, deadline)
             }
             other => Err(Error::Internal(format!(
                 "redis: {} leases go through the lock path",
@@ -152,28 +252,28 @@ impl Single<'_> {
         }
     }
 
-    /// Runs `script` (`SHARED_ACQUIRE` or `PERMIT_ACQUIRE`) with `keys` on the node serving
-    /// `base`: both scripts take the same arguments after their keys (a semaphore's `permits`
-    /// last), so these are written once, in the scripts' order.
+    /// Runs `SHARED_ACQUIRE` or `PERMIT_ACQUIRE` with `keys` on the node serving `base`: both
+    /// scripts take the same arguments after their keys (a semaphore's `permits` last), so these
+    /// are written once, in the scripts' order. With `replicas=N`, a `WAIT` follows in the same
+    /// round trip, and a grant fewer replicas acknowledged is given back and `Unavailable`, as for
+    /// an exclusive lock.
     #[allow(clippy::too_many_arguments)]
     fn run_acquire(
         &self,
-        script: &Script,
+        acquire: &Acquire<'_>,
         base: &RedisKeys,
         keys: &[&Vec<u8>],
-        permits: Option<u32>,
         token: &Token,
         ttl: Ttl,
         (mode, waiter_ttl): ModeArgs,
         deadline: Deadline,
     ) -> Result<Step> {
         let signal_ttl = millis(self.signal_ttl);
-        self.call(base, "acquire", deadline, |node, c| {
-            let mut call = script.prepare_invoke();
-            for key in keys {
-                call.key(*key);
-            }
-            call.arg(token.as_str())
+        let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+        self.topology.run(base, deadline, |node, via| {
+            let mut call = ScriptCall::new(acquire.script)
+                .key_list(&keys)
+                .arg(token.as_str())
                 .arg(ttl.as_millis())
                 .arg(mode)
                 .arg(waiter_ttl)
@@ -181,19 +281,30 @@ impl Single<'_> {
                 .arg(&base.signal_suffix)
                 .arg(signal_ttl)
                 .arg(millis(node.fence_retention()));
-            if let Some(permits) = permits {
-                call.arg(permits);
+            if let Some(permits) = acquire.permits {
+                call = call.arg(u64::from(permits));
             }
-            let (taken, value): (i64, i64) = call.invoke(c)?;
-            Ok(step(node.name(), taken, value))
-        })?
+            let ((taken, value), acked): ((i64, i64), _) =
+                node.confirmed("acquire", deadline, via, &call)?;
+            let step = step(node.name(), taken, value).map_err(Failure::from_error)?;
+            if let (Step::Granted(_), Some(acked)) = (&step, node.short_of_replicas(acked)) {
+                let given_back =
+                    self.give_back_on(node, via, acquire.kind, acquire.key, token, deadline);
+                return Err(Failure::from_error(Error::Unavailable(node.unconfirmed(
+                    "acquire",
+                    acked,
+                    &given_back,
+                ))));
+            }
+            Ok(step)
+        })
     }
 
     pub(crate) fn try_acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl) -> Result<RawLease> {
         let token = Token::generate()?;
         let sent = Instant::now();
         let mode = ("try", millis(self.heartbeat));
-        match self.attempt(key, kind, &token, ttl, mode, self.call_deadline())? {
+        match self.attempt(key, kind, &token, ttl, mode, self.write_deadline())? {
             Step::Granted(fence) => {
                 Ok(RawLease::new(key.clone(), token, fence, ttl, sent).with_kind(kind))
             }
@@ -211,7 +322,11 @@ impl Single<'_> {
         wait: Duration,
     ) -> Result<RawLease> {
         let settings = self.settings;
-        let bound = Deadline::for_acquire(wait, settings.connect_timeout, settings.io_timeout);
+        let bound = Deadline::for_acquire(
+            wait,
+            settings.connect_timeout,
+            settings.io_timeout.saturating_add(self.replicas_allowance),
+        );
         let deadline = Instant::now()
             .checked_add(wait)
             .unwrap_or_else(Instant::now);
@@ -230,7 +345,7 @@ impl Single<'_> {
             let last = Instant::now() >= deadline;
             let sent = Instant::now();
             let mode = if last { ("last", 1) } else { waiting };
-            let calls = bound.min(self.call_deadline());
+            let calls = bound.min(self.write_deadline());
             let holder_left = match self.attempt(key, kind, &token, ttl, mode, calls)? {
                 Step::Granted(fence) => {
                     return Ok(RawLease::new(key.clone(), token, fence, ttl, sent).with_kind(kind))
@@ -250,42 +365,39 @@ impl Single<'_> {
         }
     }
 
-    /// Release (`ttl` None) or extend a share or a permit. `false`: not held by the token.
+    /// Release (`ttl` None) or extend a share or a permit. `false`: not held by the token. With
+    /// `replicas=N`, an extend fewer replicas acknowledged is given back and `Lost` (see
+    /// `Node::check_acked`).
     fn settle(&self, lease: &RawLease, ttl: Option<Ttl>) -> Result<bool> {
         let token = lease.token();
         let ms = ttl.map_or(0, |t| t.as_millis());
-        let signal_ttl = millis(self.signal_ttl);
-        let what = if ttl.is_some() { "extend" } else { "release" };
-        let done: i64 = match lease.kind() {
-            LeaseKind::Shared => {
-                let k = SharedKeys::new(self.prefix, lease.key());
-                self.call(&k.base, what, self.call_deadline(), |_, c| {
-                    k.settle(&token, ms, signal_ttl).invoke(c)
-                })?
-            }
-            LeaseKind::Permit(_) => {
-                let k = PermitKeys::new(self.prefix, lease.key());
-                self.call(&k.base, what, self.call_deadline(), |_, c| {
-                    PERMIT_SETTLE_SCRIPT
-                        .key(&k.holders)
-                        .key(&k.queue)
-                        .key(&k.heartbeats)
-                        .arg(token.as_str())
-                        .arg(ms)
-                        .arg(&k.base.signal_prefix)
-                        .arg(&k.base.signal_suffix)
-                        .arg(signal_ttl)
-                        .invoke(c)
-                })?
-            }
-            other => {
-                return Err(Error::Internal(format!(
-                    "redis: {} leases go through the lock path",
-                    other.name()
-                )))
-            }
+        let (base, call) = self.settle_call(lease.kind(), lease.key(), &token, ms)?;
+        let Some(_) = ttl else {
+            let deadline = self.call_deadline();
+            let done: i64 = self.topology.run(&base, deadline, |node, via| {
+                node.call_routed("release", deadline, |c| {
+                    call.send(c, via, None).map(|(done, _)| done)
+                })
+            })?;
+            return Ok(done == 1);
         };
-        Ok(done == 1)
+        let deadline = self.write_deadline();
+        self.topology.run(&base, deadline, |node, via| {
+            let (done, acked): (i64, _) = node.confirmed("extend", deadline, via, &call)?;
+            if done != 1 {
+                return Ok(false);
+            }
+            let Some(acked) = node.short_of_replicas(acked) else {
+                return Ok(true);
+            };
+            let (kind, key) = (lease.kind(), lease.key());
+            let given_back = self.give_back_on(node, via, kind, key, &token, deadline);
+            Err(Failure::from_error(Error::Lost(node.unconfirmed(
+                "extend",
+                acked,
+                &given_back,
+            ))))
+        })
     }
 
     pub(crate) fn release(&self, lease: &mut RawLease) -> Result<()> {

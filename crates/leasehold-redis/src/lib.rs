@@ -40,7 +40,8 @@
 //! server: pools and script calls, each bounded), `single` (the one-server backend), `redlock`
 //! (Redlock: the backend in `mod.rs`, one quorum round in `round.rs` counted by `tally.rs`, its
 //! fence in `fence.rs`, its parallel calls in `fanout.rs` and `pipeline.rs`, its own calls on one
-//! node in `node.rs` and `kinds.rs`, how its waiters pace their rounds in `wait.rs`); shared
+//! node in `node.rs` and `kinds.rs`, how its waiters pace their rounds in `wait.rs`, and in
+//! `gate.rs` how a node that lost its data is kept from granting until its leases are over); shared
 //! locks, semaphores, restore and force-release in `kinds` (routed like every call, through
 //! `topology`) and `kind_keys` (their key names).
 //!

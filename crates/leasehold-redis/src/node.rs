@@ -140,7 +140,7 @@ impl Failure {
         self.error
     }
 
-    fn from_error(error: Error) -> Failure {
+    pub(crate) fn from_error(error: Error) -> Failure {
         Failure {
             error,
             checkout: false,
@@ -168,7 +168,7 @@ pub(crate) struct Via {
 /// acknowledge it. The keys and arguments are written once, straight into their wire form (RESP
 /// bulk strings), so a call costs one buffer rather than a vector per argument and a command
 /// copied twice.
-struct ScriptCall<'a> {
+pub(crate) struct ScriptCall<'a> {
     script: &'a Script,
     keys: usize,
     args: usize,
@@ -177,7 +177,7 @@ struct ScriptCall<'a> {
 }
 
 /// What a script call takes as an argument.
-trait Arg {
+pub(crate) trait Arg {
     fn write_to(&self, out: &mut Vec<u8>);
 }
 
@@ -220,7 +220,7 @@ fn bulk(out: &mut Vec<u8>, bytes: &[u8]) {
 }
 
 impl<'a> ScriptCall<'a> {
-    fn new(script: &'a Script) -> Self {
+    pub(crate) fn new(script: &'a Script) -> Self {
         ScriptCall {
             script,
             keys: 0,
@@ -231,7 +231,12 @@ impl<'a> ScriptCall<'a> {
 
     /// The script's KEYS, in order, before any argument: one list, so a call's keys stand on one
     /// line.
-    fn keys<const N: usize>(mut self, keys: [&[u8]; N]) -> Self {
+    pub(crate) fn keys<const N: usize>(self, keys: [&[u8]; N]) -> Self {
+        self.key_list(&keys)
+    }
+
+    /// [`ScriptCall::keys`] for a list whose length is known only at run time.
+    pub(crate) fn key_list(mut self, keys: &[&[u8]]) -> Self {
         debug_assert_eq!(self.args, 0, "a key after an argument");
         for key in keys {
             bulk(&mut self.body, key);
@@ -240,7 +245,7 @@ impl<'a> ScriptCall<'a> {
         self
     }
 
-    fn arg(mut self, arg: impl Arg) -> Self {
+    pub(crate) fn arg(mut self, arg: impl Arg) -> Self {
         arg.write_to(&mut self.body);
         self.args += 1;
         self
@@ -259,7 +264,7 @@ impl<'a> ScriptCall<'a> {
 
     /// The script's reply and, with `wait` (replicas, timeout ms), how many replicas acknowledged
     /// it.
-    fn send<T: FromRedisValue>(
+    pub(crate) fn send<T: FromRedisValue>(
         &self,
         c: &mut Wire,
         via: Via,
@@ -476,6 +481,20 @@ impl Node {
             .is_none_or(|major| major >= 6))
     }
 
+    /// The server's `run_id` (`INFO server`): it names one server process whatever address
+    /// reached it. `None` when the server does not say (INFO denied by an ACL, a failed call).
+    pub(crate) fn run_id(&self, deadline: Deadline) -> Option<String> {
+        let info = self
+            .run(&self.pool, "info", deadline, |c| {
+                redis::cmd("INFO").arg("server").query::<String>(c)
+            })
+            .ok()?;
+        info.lines()
+            .find_map(|l| l.strip_prefix("run_id:"))
+            .map(|id| id.trim().to_owned())
+            .filter(|id| !id.is_empty())
+    }
+
     /// Whether the server takes fractional `BLPOP` timeouts (Redis ≥ 6), which native waiting
     /// needs.
     pub fn blocks_fractionally(&self) -> bool {
@@ -579,7 +598,7 @@ impl Node {
 
     /// Runs a script that writes a lease (acquire, extend), with `WAIT` in the same round trip when
     /// replicas must confirm it; the socket may then wait for `WAIT` on top of the I/O timeout.
-    fn confirmed<T: FromRedisValue>(
+    pub(crate) fn confirmed<T: FromRedisValue>(
         &self,
         what: &str,
         deadline: Deadline,
@@ -600,8 +619,39 @@ impl Node {
         self.run_io(&self.pool, what, deadline, io, |c| call.send(c, via, wait))
     }
 
+    /// With `replicas=N`: how many replicas acknowledged a write, when fewer than N did (the
+    /// count is kept for `leasehold status` either way). `None`: no `WAIT` was asked for, or it
+    /// was satisfied.
+    pub(crate) fn short_of_replicas(&self, acked: Option<i64>) -> Option<i64> {
+        let acked = acked?;
+        self.last_acked.store(acked, Ordering::Relaxed);
+        (acked < i64::from(self.replicas)).then_some(acked)
+    }
+
+    /// Why a write that only `acked` replicas acknowledged does not count, and what became of it:
+    /// `given_back` is the outcome of the give-back (`Ok(true)`: deleted; `Ok(false)`: the key no
+    /// longer held our token; an error: not known).
+    pub(crate) fn unconfirmed(&self, what: &str, acked: i64, given_back: &Result<bool>) -> String {
+        let fate = match given_back {
+            Ok(true) => "the lease was given back (deleted)".to_owned(),
+            Ok(false) => "the key no longer held this lease's token".to_owned(),
+            Err(e) => {
+                format!("giving the lease back failed ({e}); it is abandoned and lapses at its TTL")
+            }
+        };
+        format!(
+            "redis {}: {what} reached {acked} of the {} replicas asked for within {} ms; {fate}",
+            self.name,
+            self.replicas,
+            self.replicas_timeout.as_millis()
+        )
+    }
+
     /// With `replicas=N`: a write that fewer than N replicas acknowledged is given back (the
-    /// release script removes it only while it holds our token) and the call is `Unavailable`.
+    /// release script removes it only while it holds our token). An acquire is then
+    /// `Unavailable`. An extend is `Lost`: the library itself has just deleted the key (or, should
+    /// the give-back fail, abandoned it), so the lease must not go on counting down a deadline
+    /// that nothing stands behind any more; another owner may take the key at once.
     #[allow(clippy::too_many_arguments)]
     fn check_acked(
         &self,
@@ -613,22 +663,19 @@ impl Node {
         deadline: Deadline,
         via: Via,
     ) -> std::result::Result<(), Failure> {
-        let Some(acked) = acked else {
+        let Some(acked) = self.short_of_replicas(acked) else {
             return Ok(());
         };
-        self.last_acked.store(acked, Ordering::Relaxed);
-        if acked >= i64::from(self.replicas) {
-            return Ok(());
-        }
-        // Best effort within the same deadline: should it fail, the lease lapses at its TTL.
-        let _ = self.release_via(keys, token, signal_ttl, deadline, via);
-        Err(Failure::from_error(Error::Unavailable(format!(
-            "redis {}: {what} reached {acked} of the {} replicas asked for within {} ms; the lease \
-             was given back",
-            self.name,
-            self.replicas,
-            self.replicas_timeout.as_millis()
-        ))))
+        // Within the same deadline; should it fail, the key lapses at its TTL.
+        let given_back = self
+            .release_via(keys, token, signal_ttl, deadline, via)
+            .map_err(Failure::into_error);
+        let message = self.unconfirmed(what, acked, &given_back);
+        Err(Failure::from_error(if what == "extend" {
+            Error::Lost(message)
+        } else {
+            Error::Unavailable(message)
+        }))
     }
 
     plain!(

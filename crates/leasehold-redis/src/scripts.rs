@@ -129,6 +129,43 @@ macro_rules! with_helpers {
     };
 }
 
+/// Redlock's guard against a node that lost its data (see `redlock/gate.rs`). The node's stamp
+/// `g` (a hash) holds `horizon`, the server ms until which a lease granted or extended here may
+/// live, and `until`, before which this node grants nothing. It expires a fence retention after
+/// its horizon, as a key's fence counter does after its last lease.
+macro_rules! redlock_gate {
+    () => {
+        r"
+-- nil: the node may grant. -1: it has no stamp (it is new, or lost its data): it grants nothing
+-- until the client has stamped it. Otherwise the ms until it may grant again.
+local function gate(g, now)
+  if not redis.call('HGET', g, 'horizon') then
+    return -1
+  end
+  local hold = tonumber(redis.call('HGET', g, 'until') or '0') - now
+  if hold > 0 then
+    return hold
+  end
+  return nil
+end
+-- Before granting or extending a lease for `ttl` ms from server ms `now`: the horizon covers it.
+local function reach(g, now, ttl, retention)
+  local ends = now + ttl
+  if tonumber(redis.call('HGET', g, 'horizon') or '0') < ends then
+    redis.call('HSET', g, 'horizon', string.format('%.0f', ends))
+    redis.call('PEXPIRE', g, string.format('%.0f', ttl + tonumber(retention)))
+  end
+end
+"
+    };
+}
+
+macro_rules! with_gate {
+    ($body:expr) => {
+        with_helpers!(concat!(redlock_gate!(), $body))
+    };
+}
+
 /// A script whose common case returns before the helpers: Lua makes a closure for each `local
 /// function` it runs through, every call, so the fast path (nobody queued) skips that cost.
 macro_rules! fast_path_then_helpers {
@@ -324,9 +361,12 @@ redis.call('PEXPIRE', h, 2 * waiter_ttl)
     };
 }
 
-/// Redlock's acquire on one node. KEYS: lock, fence, Redlock queue, Redlock heartbeats. ARGV:
-/// token, ttl ms, mode (`try`, `wait` or `last`), waiter ttl ms, fence granule µs, fence
-/// retention ms.
+/// Redlock's acquire on one node. KEYS: lock, fence, Redlock queue, Redlock heartbeats, the
+/// node's stamp. ARGV: token, ttl ms, mode (`try`, `wait` or `last`), waiter ttl ms, fence
+/// granule µs, fence retention ms.
+///
+/// A node without its stamp answers `{-1, -1, -1}`, one that may not grant yet `{0, ms, -1}`
+/// (see `redlock/gate.rs`); a grant first extends the stamp's horizon to the lease's end.
 ///
 /// Like [`ACQUIRE`] for a free key or our own token (`{1, fence, 0}`; our own token's expiry is
 /// reset to the new TTL, since the client counts this round's validity from now), except that the
@@ -338,18 +378,27 @@ redis.call('PEXPIRE', h, 2 * waiter_ttl)
 /// (`{0, pttl, rank}`), so the client can poll faster the nearer it is to the front. A waiter keeps
 /// its place through a round that failed on other nodes; it leaves on its final release (or its
 /// `last` attempt), or lapses with its heartbeat. `try` never queues (`rank` -1).
-const REDLOCK_ACQUIRE: &str = with_helpers!(concat!(
+const REDLOCK_ACQUIRE: &str = with_gate!(concat!(
     r"
 local l, f, q, h = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, mode = ARGV[1], ARGV[3]
+local us, now = clock()
+local held = gate(KEYS[5], now)
+if held == -1 then
+  return {-1, -1, -1}
+elseif held then
+  return {0, held, -1}
+end
 local holder = redis.call('GET', l)
 if holder == token then
+  reach(KEYS[5], now, tonumber(ARGV[2]), ARGV[6])
   redis.call('PEXPIRE', l, ARGV[2])
   return {1, current_fence(f, ARGV[6]), 0}
 end
 if not holder then
+  reach(KEYS[5], now, tonumber(ARGV[2]), ARGV[6])
   redis.call('SET', l, token, 'PX', ARGV[2])
-  return {1, next_fence(f, tonumber(ARGV[5]), ARGV[6]), 0}
+  return {1, fence_at(f, us, tonumber(ARGV[5]), ARGV[6]), 0}
 end
 if mode == 'last' then
   redis.call('ZREM', q, token)
@@ -359,7 +408,6 @@ if mode ~= 'wait' then
   return {0, redis.call('PTTL', l), -1}
 end
 local waiter_ttl = tonumber(ARGV[4])
-local now = now_ms()
 ",
     join_or_renew!(),
     r"live_head(q, h, now)
@@ -714,22 +762,31 @@ return {n, left, fence and tonumber(fence) or -1}
 );
 
 /// Redlock's shared acquire on one node. KEYS: lock, fence, Redlock queue, Redlock heartbeats,
-/// shares, share fences. ARGV: token, ttl ms, fence granule µs, fence retention ms. Returns
-/// `{1, fence}` or `{0, pttl or -3}`. Like [`SHARED_ACQUIRE`] without a reserving queue (see
+/// shares, share fences, the node's stamp. ARGV: token, ttl ms, fence granule µs, fence retention
+/// ms. Returns `{1, fence}` or `{0, pttl or -3}`; `{-1, -1}` or `{0, ms}` from the node's gate
+/// (see [`REDLOCK_ACQUIRE`]). Like [`SHARED_ACQUIRE`] without a reserving queue (see
 /// [`REDLOCK_ACQUIRE`]): a live exclusive waiter ranked in the node's Redlock queue makes new
 /// readers give way, so a writer polling behind readers gets the key once they drain. A share
 /// already held by this token (a retry after a failed round) keeps its fence, as the exclusive
 /// script keeps its counter (see `redlock/fence.rs`).
 const REDLOCK_SHARED_ACQUIRE: &str = with_share_helpers!(concat!(
+    redlock_gate!(),
     r"
 local l, f, q, h, r, rf = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local token, ttl = ARGV[1], tonumber(ARGV[2])
 local us, now = clock()
+local held = gate(KEYS[7], now)
+if held == -1 then
+  return {-1, -1}
+elseif held then
+  return {0, held}
+end
 local holder = redis.call('GET', l)
 if holder == '#shared' then
   drop_expired_shares(r, rf, now)
   local fence = redis.call('HGET', rf, token)
   if redis.call('ZSCORE', r, token) and fence then
+    reach(KEYS[7], now, ttl, ARGV[4])
     redis.call('ZADD', r, now + ttl, token)
     fit_shares(l, r, rf, now)
     return {1, tonumber(fence)}
@@ -749,6 +806,7 @@ if not holder then
   redis.call('DEL', r, rf)
   redis.call('SET', l, '#shared', 'PX', ttl)
 end
+reach(KEYS[7], now, ttl, ARGV[4])
 redis.call('ZADD', r, now + ttl, token)
 local fence = fence_at(f, us, tonumber(ARGV[3]), ARGV[4])
 redis.call('HSET', rf, token, string.format('%.0f', fence))
@@ -770,19 +828,26 @@ end
 );
 
 /// Redlock's permit acquire on one node. KEYS: slots (slot → token), slot of (token → slot),
-/// expiries (token → server ms), fence. ARGV: token, ttl ms, permits, slot hint (`-1`: none),
-/// fence granule µs, fence retention ms. Returns `{1, fence, slot}` or `{0, ms until the first
-/// expiry or -3, -1}`.
+/// expiries (token → server ms), fence, the node's stamp. ARGV: token, ttl ms, permits, slot
+/// hint (`-1`: none), fence granule µs, fence retention ms. Returns `{1, fence, slot}` or `{0, ms
+/// until the first expiry or -3, -1}`; `{-1, -1, -1}` or `{0, ms, -1}` from the node's gate (see
+/// [`REDLOCK_ACQUIRE`]).
 ///
 /// Permits are numbered slots `0 .. permits-1`, each one a mutex, so that a quorum of nodes
 /// granting the same slot bounds the holders to `permits` (see `redlock/kinds.rs`). Without a
 /// hint the node grants its lowest free slot (nodes in step agree on it); with one, that slot or
 /// nothing. A token already holding a slot keeps it (a retry after a failed round).
-const REDLOCK_PERMIT_ACQUIRE: &str = with_helpers!(
+const REDLOCK_PERMIT_ACQUIRE: &str = with_gate!(
     r"
 local S, T, E, F = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, ttl, permits, hint = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local us, now = clock()
+local held = gate(KEYS[5], now)
+if held == -1 then
+  return {-1, -1, -1}
+elseif held then
+  return {0, held, -1}
+end
 local gone = redis.call('ZRANGEBYSCORE', E, '-inf', now)
 for i = 1, #gone do
   local slot = redis.call('HGET', T, gone[i])
@@ -803,6 +868,7 @@ local function stretch()
 end
 local mine = redis.call('HGET', T, token)
 if mine then
+  reach(KEYS[5], now, ttl, ARGV[6])
   redis.call('ZADD', E, now + ttl, token)
   stretch()
   return {1, current_fence(F, ARGV[6]), tonumber(mine)}
@@ -828,6 +894,7 @@ if not slot then
   end
   return {0, -3, -1}
 end
+reach(KEYS[5], now, ttl, ARGV[6])
 redis.call('HSET', S, slot, token)
 redis.call('HSET', T, token, slot)
 redis.call('ZADD', E, now + ttl, token)
@@ -837,8 +904,9 @@ return {1, fence_at(F, us, tonumber(ARGV[5]), ARGV[6]), slot}
 );
 
 /// KEYS: slots, slot of, expiries. ARGV: token, ttl ms (`0`: release). Release or extend a
-/// Redlock permit on one node while it is unexpired (1), else 0; a release frees the slot even
-/// if expired.
+/// Redlock permit on one node while it is unexpired, else 0; a release frees the slot even if
+/// expired. A release answers 1, an extend the slot the node holds the token in, plus 1: a
+/// permit is a quorum of nodes holding the same slot, so the client counts an extend by slot.
 const REDLOCK_PERMIT_SETTLE: &str = with_helpers!(
     r"
 local S, T, E = KEYS[1], KEYS[2], KEYS[3]
@@ -849,6 +917,7 @@ if not slot then
 end
 local now = now_ms()
 local live = tonumber(redis.call('ZSCORE', E, token) or '0') > now
+  and redis.call('HGET', S, slot) == token
 if ttl > 0 and live then
   redis.call('ZADD', E, now + ttl, token)
   for _, k in ipairs({S, T, E}) do
@@ -856,7 +925,7 @@ if ttl > 0 and live then
       redis.call('PEXPIRE', k, ttl)
     end
   end
-  return 1
+  return tonumber(slot) + 1
 end
 if ttl == 0 or not live then
   if redis.call('HGET', S, slot) == token then
@@ -869,6 +938,49 @@ if live then
   return 1
 end
 return 0
+"
+);
+
+/// KEYS: a Redlock node's stamp. Returns `{0, 0}` when the node has none, else `{1, ms}`: how long
+/// a lease granted or extended on it may still live (see `redlock/gate.rs`).
+const REDLOCK_GATE_READ: &str = with_helpers!(
+    r"
+local horizon = redis.call('HGET', KEYS[1], 'horizon')
+if not horizon then
+  return {0, 0}
+end
+return {1, math.max(tonumber(horizon) - now_ms(), 0)}
+"
+);
+
+/// KEYS: a Redlock node's stamp. ARGV: ms, fence retention ms. Stamps a node that has no stamp:
+/// it grants nothing for `ms` (how long a lease it may have granted before it lost its data can
+/// still live), and its horizon starts there. Returns 1 if it stamped, 0 if a stamp was there
+/// already.
+const REDLOCK_GATE_INIT: &str = with_helpers!(
+    r"
+if redis.call('HGET', KEYS[1], 'horizon') then
+  return 0
+end
+local hold = tonumber(ARGV[1])
+local at = string.format('%.0f', now_ms() + hold)
+redis.call('HSET', KEYS[1], 'horizon', at)
+redis.call('HSET', KEYS[1], 'until', at)
+redis.call('PEXPIRE', KEYS[1], string.format('%.0f', hold + tonumber(ARGV[2])))
+return 1
+"
+);
+
+/// KEYS: a Redlock node's stamp. ARGV: ms, fence retention ms. Before an extend: the node's
+/// horizon reaches at least `ms` from now. A node without a stamp is left so (it must be stamped by the client first, see
+/// [`REDLOCK_GATE_INIT`]). Returns 1 if the stamp is there.
+const REDLOCK_GATE_REACH: &str = with_gate!(
+    r"
+if not redis.call('HGET', KEYS[1], 'horizon') then
+  return 0
+end
+reach(KEYS[1], now_ms(), tonumber(ARGV[1]), ARGV[2])
+return 1
 "
 );
 
@@ -908,7 +1020,14 @@ pub(crate) static REDLOCK_PERMIT_ACQUIRE_SCRIPT: LazyLock<Script> =
 pub(crate) static REDLOCK_PERMIT_SETTLE_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(REDLOCK_PERMIT_SETTLE));
 
-pub(crate) static ALL: [&LazyLock<Script>; 19] = [
+pub(crate) static REDLOCK_GATE_READ_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(REDLOCK_GATE_READ));
+pub(crate) static REDLOCK_GATE_INIT_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(REDLOCK_GATE_INIT));
+pub(crate) static REDLOCK_GATE_REACH_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(REDLOCK_GATE_REACH));
+
+pub(crate) static ALL: [&LazyLock<Script>; 22] = [
     &SHARED_ACQUIRE_SCRIPT,
     &SHARED_SETTLE_SCRIPT,
     &RESTORE_SCRIPT,
@@ -928,4 +1047,7 @@ pub(crate) static ALL: [&LazyLock<Script>; 19] = [
     &RAISE_FENCE_SCRIPT,
     &REDLOCK_ACQUIRE_SCRIPT,
     &REDLOCK_RELEASE_SCRIPT,
+    &REDLOCK_GATE_READ_SCRIPT,
+    &REDLOCK_GATE_INIT_SCRIPT,
+    &REDLOCK_GATE_REACH_SCRIPT,
 ];

@@ -368,6 +368,8 @@ impl RedisBackend {
                 Ok(Some(lease))
             }
             Ok(false) => Ok(None),
+            // Given back for want of replicas: the key is gone, so is the grant.
+            Err(Error::Lost(_)) => Ok(None),
             // The lease stands with its shorter, still conservative deadline.
             Err(_) if !lease.remaining().is_zero() => Ok(Some(lease)),
             Err(error) => Err(error),
@@ -506,6 +508,7 @@ impl RedisBackend {
             prefix: &self.prefix,
             signal_ttl: self.signal_ttl,
             heartbeat: self.heartbeat,
+            replicas_allowance: self.replicas_allowance,
         }
     }
 }

@@ -121,10 +121,12 @@ fn a_paused_master_and_a_failover() {
     let err = client.try_acquire(&held, ttl).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
     // The promoted replica has no replica of its own (the old master is dead), so an extend
-    // that asks for one cannot be confirmed: it gives the lease back and says so.
+    // that asks for one cannot be confirmed: it gives the lease back and says so — `Lost`, with
+    // no time left, since the key is gone and anyone may take it now.
     let mut lease = lease;
     let err = lease.extend(ttl).unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
+    assert!(lease.remaining().is_zero());
     let after = client.try_acquire(&held, ttl).unwrap();
     assert!(after.fence() > before, "{} > {before}", after.fence());
     after.release().unwrap();

@@ -163,14 +163,26 @@ fn redlock_fresh_keys_leave_only_expiring_counters() {
         lease.release().unwrap();
     }
     for node in &nodes {
-        // Every node was sent every acquire; a counter per key, each expiring, and no queue or
-        // lock leftovers.
+        // Every node was sent every acquire; a counter per key, each expiring, the node's own
+        // stamp (which expires too, see `redlock/gate.rs`), and no queue or lock leftovers.
         assert!(
             wait_until(Duration::from_secs(5), || common::count_keys(
                 node,
                 "leasehold:{*}f:*"
+            ) + common::count_keys(
+                node,
+                "leasehold:redlock:node"
             ) == common::dbsize(node)),
             "non-counter keys left"
+        );
+        assert_eq!(
+            common::count_keys(node, "leasehold:redlock:node"),
+            1,
+            "{}",
+            node.command(&[b"KEYS", b"*"])
+                .chars()
+                .take(400)
+                .collect::<String>()
         );
         assert_eq!(keys_without_expiry(node), 0);
     }

@@ -233,6 +233,112 @@ fn minority_restarted_empty_during_a_hold_lets_nobody_in() {
     next.release().unwrap();
 }
 
+/// Redis's Redlock page: a node restarted without its data forgets the leases it granted, and a
+/// lease that held a bare majority through it then holds a minority, so a second owner can take
+/// the key. A node restarted empty must grant nothing while a lease it may have granted can still
+/// be live, and grant again once that time has passed.
+#[test]
+fn a_node_restarted_empty_grants_nothing_while_a_bare_majority_lease_through_it_may_live() {
+    let mut nodes = servers(3);
+    let url = url(&nodes, FAST);
+    let (a, b) = (client(&url), client(&url));
+    let key = unique_key("redlock-amnesia-majority");
+    let lock = names(&key).lock;
+    // Node 2 holds the key for another owner: A's lease holds nodes 0 and 1, a bare majority.
+    nodes[2].command(&[b"SET", &lock, b"someone-else", b"PX", b"60000"]);
+    let ttl = Duration::from_secs(4);
+    let held = a.try_acquire(&key, ttl).expect("nodes 0 and 1 are free");
+    let ours = get_reply(&held);
+    assert!(
+        wait_until(Duration::from_secs(5), || nodes[..2]
+            .iter()
+            .all(|n| n.command(&[b"GET", &lock]) == ours)),
+        "A's grants did not reach nodes 0 and 1"
+    );
+    // Node 1 forgets A's lease; the other owner's lease on node 2 ends.
+    nodes[1].restart();
+    nodes[2].command(&[b"DEL", &lock]);
+    let rival = b.try_acquire(&key, ttl);
+    let left = held.remaining();
+    eprintln!(
+        "node 1 restarted empty: B's try_acquire gave {:?} while A has {left:?} left",
+        rival.as_ref().map(|l| l.fence()).map_err(|e| e.to_string())
+    );
+    assert!(
+        !(left > Duration::ZERO && rival.is_ok()),
+        "two holders: A has {left:?} left and B acquired"
+    );
+    assert_eq!(kind(rival), ErrorKind::NotAcquired);
+    // Bounded: once A's lease can no longer be live, the restarted node grants again.
+    let started = Instant::now();
+    let later = b
+        .acquire(&key, ttl, Duration::from_secs(10))
+        .expect("free once A's TTL has passed");
+    eprintln!("B acquired {:?} later", started.elapsed());
+    assert!(held.remaining().is_zero(), "A's lease is over by then");
+    assert!(later.fence() > held.fence());
+    later.release().unwrap();
+}
+
+/// A Redlock permit is a quorum of nodes granting the SAME slot. A node holding the permit's
+/// token in another slot (a late grant of that slot) is not part of the lease: an extend that
+/// counted it kept a permit alive on one node of its slot, and a 2-permit semaphore then had
+/// three live holders.
+#[test]
+fn a_redlock_permit_extends_only_on_a_quorum_of_its_own_slot() {
+    let nodes = servers(3);
+    let url = url(&nodes, FAST);
+    let (a, b) = (client(&url), client(&url));
+    let key = unique_key("redlock-permit-slot");
+    let k = Key::new(key.as_bytes()).unwrap();
+    let name = |tag: &[u8]| leasehold_redis::keys::namespaced("leasehold:", tag, &k);
+    let (slots, slot_of, expiries) = (name(b"pn:"), name(b"pt:"), name(b"ps:"));
+    let mut first = a.try_acquire_permit(&key, 2, LONG).unwrap();
+    let token = first.token();
+    let token = token.as_str().as_bytes();
+    assert!(
+        wait_until(Duration::from_secs(5), || nodes
+            .iter()
+            .all(|n| n.command(&[b"HGET", &slot_of, token]) == "$1\r\n0\r\n")),
+        "the first permit did not get slot 0 on every node"
+    );
+    // Node 1 forgot the permit; node 2 holds its token in slot 1 rather than slot 0. Slot 0 is
+    // the lease's on node 0 alone.
+    nodes[1].command(&[b"HDEL", &slots, b"0"]);
+    nodes[1].command(&[b"HDEL", &slot_of, token]);
+    nodes[1].command(&[b"ZREM", &expiries, token]);
+    nodes[2].command(&[b"HDEL", &slots, b"0"]);
+    nodes[2].command(&[b"HSET", &slots, b"1", token]);
+    nodes[2].command(&[b"HSET", &slot_of, token, b"1"]);
+    let extended = first.extend(LONG);
+    let second = b.try_acquire_permit(&key, 2, LONG);
+    let third = b.try_acquire_permit(&key, 2, LONG);
+    let live = usize::from(first.remaining() > Duration::ZERO)
+        + usize::from(second.is_ok())
+        + usize::from(third.is_ok());
+    eprintln!(
+        "permit extend on one node of its slot gave {:?}; then {live} live holders of 2 permits",
+        extended.as_ref().map_err(|e| e.to_string())
+    );
+    assert!(live <= 2, "{live} live holders of a 2-permit semaphore");
+    assert_eq!(kind(extended), ErrorKind::Lost);
+}
+
+/// One server listed twice under two names counts its one vote twice: with `127.0.0.1:p`,
+/// `localhost:p` and one more server, a "quorum" of two entries can be that one server alone.
+#[test]
+fn one_server_listed_twice_under_two_names_is_refused() {
+    let nodes = servers(2);
+    let (p0, p1) = (nodes[0].port(), nodes[1].port());
+    let url = format!("redlock://127.0.0.1:{p0},localhost:{p0},127.0.0.1:{p1}?{FAST}");
+    let connected = connect(&url);
+    eprintln!(
+        "one server under two names: connect gave {:?}",
+        connected.as_ref().map(|_| ()).map_err(|e| e.to_string())
+    );
+    assert_eq!(kind(connected.map(|_| ())), ErrorKind::InvalidArgument);
+}
+
 #[test]
 fn a_hung_node_does_not_stall_acquire() {
     let nodes = servers(5);
@@ -272,9 +378,14 @@ fn fences_increase_across_minority_kills() {
     let client = client(&url(&nodes, FAST));
     let key = unique_key("redlock-fence");
     let mut fences = Vec::new();
+    // A node restarted empty grants nothing until every lease it may have granted is over (see
+    // `redlock/gate.rs`): short leases keep that short, and each acquire waits it out.
+    let ttl = Duration::from_millis(500);
     let cycle = |fences: &mut Vec<u64>| {
         for _ in 0..5 {
-            let lease = client.try_acquire(&key, LONG).expect("a quorum is up");
+            let lease = client
+                .acquire(&key, ttl, Duration::from_secs(5))
+                .expect("a quorum is up");
             fences.push(lease.fence());
             lease.release().unwrap();
         }

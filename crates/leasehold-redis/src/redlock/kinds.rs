@@ -18,8 +18,9 @@
 //! (nodes in step agree on it, so one round suffices); when the nodes split between slots, the
 //! round gives back its grants and one more round asks every node for the highest slot offered
 //! (the lower ones are known taken on the node that offered it). Redlock's own condition still
-//! applies: the bound holds while a majority of nodes keeps its data (a node restarted empty
-//! forgets the slots it held, as it forgets a lock).
+//! applies: the bound holds while no majority of nodes loses its data at once (a node restarted
+//! empty forgets the slots it held, as it forgets a lock, and so grants nothing until they are
+//! over: see `gate.rs`).
 //!
 //! Fences: a per-key counter per kind (the lock's, shared by readers and writers; the
 //! semaphore's own), with `fence.rs`'s design: the highest granted value, written back to
@@ -114,16 +115,18 @@ pub(crate) fn acquire(
                     .key(&keys.heartbeats)
                     .key(&k.shares)
                     .key(&k.share_fences)
+                    .key(&keys.gate)
                     .arg(token.as_str())
                     .arg(ttl.as_millis())
                     .arg(FENCE_GRANULE_MICROS)
                     .arg(retention)
                     .invoke(c)
             })?;
-            if taken == 1 {
-                return fence_of(node, value).map(Answer::Granted);
+            match taken {
+                1 => fence_of(node, value).map(Answer::Granted),
+                -1 => Ok(Answer::Unstamped),
+                _ => Ok(Answer::Held { rank: None }),
             }
-            Ok(Answer::Held { rank: None })
         }
         NodeOp::Permit {
             keys: k,
@@ -137,6 +140,7 @@ pub(crate) fn acquire(
                     .key(&k.slot_of)
                     .key(&k.holders)
                     .key(&k.fence)
+                    .key(&keys.gate)
                     .arg(token.as_str())
                     .arg(ttl.as_millis())
                     .arg(permits.get())
@@ -151,6 +155,9 @@ pub(crate) fn acquire(
                     Error::Internal(format!("redis {}: permit slot {slot}", node.name()))
                 })?;
                 return Ok(Answer::Slot { fence, slot });
+            }
+            if taken == -1 {
+                return Ok(Answer::Unstamped);
             }
             Ok(Answer::Held { rank: None })
         }
@@ -191,7 +198,46 @@ pub(crate) fn settle(
                 .invoke(c)
         })?,
     };
-    Ok(done == 1)
+    // A permit's extend answers its slot + 1 (see `extend_on`).
+    Ok(done >= 1)
+}
+
+/// One node's extend: the slot the node holds our token in (`Some(0)` for a lock or a share, which
+/// have none), or `None` when it does not hold it. A permit counts only on a quorum of one slot
+/// (see the module docs), so the caller groups these answers by slot.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn extend_on(
+    node: &Node,
+    keys: &RedlockKeys,
+    op: &NodeOp,
+    token: &Token,
+    ttl: Ttl,
+    signal_ttl: Duration,
+    deadline: Deadline,
+) -> Result<Option<u32>> {
+    let NodeOp::Permit { keys: k, .. } = op else {
+        let held = settle(
+            node,
+            keys,
+            op,
+            token,
+            Some(ttl),
+            false,
+            signal_ttl,
+            deadline,
+        )?;
+        return Ok(held.then_some(0));
+    };
+    let done: i64 = node.call("extend", deadline, |c| {
+        REDLOCK_PERMIT_SETTLE_SCRIPT
+            .key(&k.slots)
+            .key(&k.slot_of)
+            .key(&k.holders)
+            .arg(token.as_str())
+            .arg(ttl.as_millis())
+            .invoke(c)
+    })?;
+    Ok(u32::try_from(done - 1).ok())
 }
 
 /// Raises one node's counter (and a share's record) to at least `fence`; returns the counter.

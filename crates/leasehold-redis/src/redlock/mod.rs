@@ -21,6 +21,10 @@
 //! the same token, and the acquire script counts a key already holding that token as granted, so
 //! a retry is never blocked by its own partial keys.
 //!
+//! A node that lost its data (restarted without persistence) grants nothing until every lease it
+//! may have granted is over, so a lease that held a bare majority through it keeps its exclusion:
+//! see `gate.rs`.
+//!
 //! Errors: other owners holding enough nodes that no quorum is possible is contention
 //! (`NotAcquired` once the wait is over); failed nodes alone ruling a quorum out is `Unavailable`,
 //! after one round, however long the wait: a cluster that is down does not come back within a
@@ -49,6 +53,7 @@
 
 mod fanout;
 mod fence;
+mod gate;
 mod kinds;
 mod node;
 mod pipeline;
@@ -68,6 +73,7 @@ use leasehold_core::{Token, Ttl};
 use node::{Queueing, RedlockKeys};
 use round::{listen_until, lost, Round};
 use std::fmt;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tally::{Taint, Tally};
@@ -87,6 +93,10 @@ pub struct RedlockBackend {
     io_timeout: Duration,
     /// The courtesy pause's memory (see `wait.rs`).
     contended: RecentContention,
+    /// How far this client moved each node's horizon (see `gate.rs`).
+    horizons: Arc<gate::Horizons>,
+    /// The nodes that answered an acquire without a stamp, to be stamped (see `gate.rs`).
+    unstamped: Arc<Vec<AtomicBool>>,
 }
 
 impl fmt::Debug for RedlockBackend {
@@ -128,21 +138,28 @@ impl RedlockBackend {
             connect_timeout: config.connect_timeout,
             io_timeout: config.io_timeout,
             contended: RecentContention::default(),
+            horizons: Arc::new(gate::Horizons::new(servers.len())),
+            unstamped: Arc::new((0..servers.len()).map(|_| AtomicBool::new(false)).collect()),
         };
         let calls = backend.call_deadline();
         let mut replies =
             backend
                 .fanout
                 .call_all(b"", backend.answer_timing(calls), move |_, node| {
-                    node.check(calls).map(|_| ())
+                    node.check(calls).map(|_| node.run_id(calls))
                 });
         let mut tally = Tally::new(backend.fanout.len(), quorum);
-        while let Some((_, r)) = tally.hear_all(&mut replies, "connect") {
+        let mut run_ids: Vec<(usize, String)> = Vec::new();
+        while let Some((i, r)) = tally.hear_all(&mut replies, "connect") {
             match r {
-                Ok(()) => tally.yes += 1,
+                Ok(run_id) => {
+                    tally.yes += 1;
+                    run_ids.extend(run_id.map(|id| (i, id)));
+                }
                 Err(e) => tally.failed.push(e),
             }
         }
+        backend.check_distinct(&run_ids)?;
         if tally.yes < quorum {
             return Err(Error::unavailable(
                 tally.unavailable("connect").message(),
@@ -158,6 +175,25 @@ impl RedlockBackend {
             }
         }
         Ok(backend)
+    }
+
+    /// Refuses one server listed twice under different names (`localhost:6379` and
+    /// `127.0.0.1:6379`, a DNS alias): its one vote would count twice, so a "majority" could be a
+    /// minority of the real servers. Told by the servers' `run_id`s (nodes that did not say are
+    /// not compared).
+    fn check_distinct(&self, run_ids: &[(usize, String)]) -> Result<()> {
+        for (n, (i, id)) in run_ids.iter().enumerate() {
+            if let Some((j, _)) = run_ids[..n].iter().find(|(_, other)| other == id) {
+                let name = |k: usize| self.fanout.nodes().nth(k).map_or("?", |node| node.name());
+                return Err(Error::invalid(format!(
+                    "redlock: {} and {} are the same server (run_id {id}); every node must be \
+                     an independent Redis master",
+                    name(*j),
+                    name(*i)
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// The number of nodes that must agree.
@@ -324,26 +360,24 @@ impl LockBackend for RedlockBackend {
         let calls = self.call_deadline();
         let op = NodeOp::new(&self.prefix, lease.key(), lease.kind());
         let replies = {
-            let (keys, op) = (keys.clone(), op.clone());
+            let (keys, op, horizons) = (keys.clone(), op.clone(), self.horizons.clone());
             self.fanout.call_all(
                 &keys.base.lock.clone(),
                 self.answer_timing(calls),
-                move |_, node| {
-                    kinds::settle(
-                        node,
-                        &keys,
-                        &op,
-                        &token,
-                        Some(ttl),
-                        false,
-                        signal_ttl,
-                        calls,
-                    )
+                move |i, node| {
+                    gate::reach(&horizons, i, node, &keys.gate, ttl, calls)?;
+                    kinds::extend_on(node, &keys, &op, &token, ttl, signal_ttl, calls)
                 },
             )
         };
-        match self.by_quorum("extend", lease.key(), replies) {
-            Ok(()) => {
+        match self.by_slot_quorum("extend", lease.key(), replies) {
+            Ok(elsewhere) => {
+                // Nodes holding our token in another slot are no part of the permit: free them
+                // (worth it until what they just extended would lapse anyway).
+                let expires = start.checked_add(ttl.as_duration()).unwrap_or(start);
+                self.release_on(
+                    &elsewhere, &keys, &op, token, expires, false, None, calls, None,
+                );
                 let valid_until = start
                     .checked_add(ttl.as_duration().saturating_sub(ttl.drift()))
                     .unwrap_or(start);

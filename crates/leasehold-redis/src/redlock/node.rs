@@ -24,6 +24,8 @@ pub(crate) struct RedlockKeys {
     pub(crate) base: RedisKeys,
     pub(crate) queue: Vec<u8>,
     pub(crate) heartbeats: Vec<u8>,
+    /// The node's stamp, one per prefix (see `gate.rs`).
+    pub(crate) gate: Vec<u8>,
 }
 
 impl RedlockKeys {
@@ -32,8 +34,14 @@ impl RedlockKeys {
             base: RedisKeys::new(prefix, key),
             queue: namespaced(prefix, b"rq:", key),
             heartbeats: namespaced(prefix, b"rh:", key),
+            gate: gate_key(prefix),
         }
     }
+}
+
+/// A node's stamp (see `gate.rs`): outside every lease's own names, which all carry a `{…}`.
+pub(crate) fn gate_key(prefix: &str) -> Vec<u8> {
+    format!("{prefix}redlock:node").into_bytes()
 }
 
 /// How a Redlock acquire treats the node's queue.
@@ -60,6 +68,9 @@ pub(crate) enum Answer {
     Held {
         rank: Option<u64>,
     },
+    /// The node has no stamp: it is new, or lost its data (a restart without persistence). It
+    /// grants nothing until the client stamps it (see `gate.rs`).
+    Unstamped,
 }
 
 /// The acquire script's arguments after the token and TTL: the queue mode and the waiter TTL.
@@ -92,6 +103,7 @@ pub(crate) fn acquire(
             .key(&keys.base.fence)
             .key(&keys.queue)
             .key(&keys.heartbeats)
+            .key(&keys.gate)
             .arg(token.as_str())
             .arg(ttl.as_millis())
             .arg(mode)
@@ -113,11 +125,12 @@ pub(crate) fn acquire_request(
     queueing: Queueing,
 ) -> Vec<u8> {
     let (mode, waiter_ttl) = queue_args(queueing);
-    let mut cmd = evalsha(&REDLOCK_ACQUIRE_SCRIPT, 4);
+    let mut cmd = evalsha(&REDLOCK_ACQUIRE_SCRIPT, 5);
     cmd.arg(&keys.base.lock)
         .arg(&keys.base.fence)
         .arg(&keys.queue)
         .arg(&keys.heartbeats)
+        .arg(&keys.gate)
         .arg(token.as_str())
         .arg(ttl.as_millis())
         .arg(mode)
@@ -134,6 +147,9 @@ pub(crate) fn acquire_reply(node: &Node, value: redis::Value) -> Result<Answer> 
 }
 
 fn answer(node: &Node, (taken, value, rank): (i64, i64, i64)) -> Result<Answer> {
+    if taken == -1 {
+        return Ok(Answer::Unstamped);
+    }
     if taken == 1 {
         return u64::try_from(value)
             .ok()
@@ -241,6 +257,8 @@ mod tests {
         };
         let node = Node::connect(address, settings, 2, Vec::new()).unwrap();
         let keys = RedlockKeys::new("p:", &Key::new(b"regrant").unwrap());
+        // A stamped node, which grants (see `gate.rs`).
+        server.command(&[b"HSET", &keys.gate, b"horizon", b"0"]);
         let token = Token::generate().unwrap();
         let ttl = Ttl::new(Duration::from_secs(10)).unwrap();
         let deadline = || Deadline::after(Duration::from_secs(2));

@@ -9,9 +9,9 @@ use super::{RedlockBackend, ANSWER_SLACK};
 use crate::node::Node;
 use leasehold_core::wait::held_elsewhere;
 use leasehold_core::{Deadline, Error, Key, RawLease, Result, Token, Ttl};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// How one acquire round ended.
 pub(super) enum Round {
@@ -23,10 +23,52 @@ pub(super) enum Round {
     Down(Error),
 }
 
+/// The longest a round waits for nodes it just stamped to grant, before it runs once more: a new
+/// deployment's (no wait) or a node whose forgotten leases are long over (the drift allowance).
+const STAMPED_RETRY: Duration = Duration::from_millis(20);
+
 impl RedlockBackend {
-    /// One acquire round on every node with `token`, asking each for what `op` says.
+    /// One acquire round on every node with `token`, asking each for what `op` says. Nodes that
+    /// answer without a stamp are stamped (see `gate.rs`); when that lets them grant at once, and
+    /// the round was refused, it runs once more.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn round(
+        &self,
+        key: &Key,
+        keys: &Arc<RedlockKeys>,
+        op: &NodeOp,
+        token: Token,
+        ttl: Ttl,
+        queueing: Queueing,
+        bound: Deadline,
+        tainted: &Taint,
+    ) -> Round {
+        let first = self.round_once(key, keys, op, token, ttl, queueing, bound, tainted);
+        // Also after a granted round: a node left unstamped would be missing when a later failure
+        // leaves too few answers to stamp it. Rare (a node new or restarted empty), and it costs
+        // two more calls per node once. Marks include nodes that answered after an earlier round
+        // was decided.
+        let unstamped = self
+            .unstamped
+            .iter()
+            .fold(false, |any, u| u.swap(false, Ordering::AcqRel) | any);
+        if !unstamped {
+            return first;
+        }
+        let hold = self.stamp(self.calls_by(bound));
+        match (first, hold) {
+            (Round::Refused(..), Some(hold)) if hold <= STAMPED_RETRY && !bound.is_past() => {
+                std::thread::sleep(hold);
+                self.round_once(key, keys, op, token, ttl, queueing, bound, tainted)
+            }
+            (first, _) => first,
+        }
+    }
+
+    /// [`RedlockBackend::round`]'s one run. A node that answers without a stamp, even after the
+    /// round was decided, is marked in `self.unstamped`.
+    #[allow(clippy::too_many_arguments)]
+    fn round_once(
         &self,
         key: &Key,
         keys: &Arc<RedlockKeys>,
@@ -40,11 +82,12 @@ impl RedlockBackend {
         let start = Instant::now();
         let calls = self.calls_by(bound);
         let n = self.fanout.len();
-        // Which nodes granted, as the nodes' own workers saw it, even after we stopped listening.
-        let took_at: Arc<Vec<AtomicBool>> =
-            Arc::new((0..n).map(|_| AtomicBool::new(false)).collect());
+        // Which nodes granted, as the nodes' own workers saw it, even after we stopped listening:
+        // the slot granted (a lock or a share: 0), or -1.
+        let took_at: Arc<Vec<AtomicI64>> = Arc::new((0..n).map(|_| AtomicI64::new(-1)).collect());
         let mut replies = {
             let (keys, took_at, op) = (keys.clone(), took_at.clone(), op.clone());
+            let unstamped = self.unstamped.clone();
             let affinity = keys.base.lock.clone();
             // Every node gets the acquire even when a quorum answers first: a lease held on a bare
             // majority would be lost to a single node restarting empty. Calls still unsent when the
@@ -54,10 +97,16 @@ impl RedlockBackend {
                 ..self.answer_timing(calls)
             };
             let mark = move |i: usize, answer: &Result<Answer>| {
-                if let (Ok(Answer::Granted(_) | Answer::Slot { .. }), Some(took)) =
-                    (answer, took_at.get(i))
-                {
-                    took.store(true, Ordering::Release);
+                let slot = match answer {
+                    Ok(Answer::Granted(_)) => 0,
+                    Ok(Answer::Slot { slot, .. }) => i64::from(*slot),
+                    _ => -1,
+                };
+                if let (true, Some(took)) = (slot >= 0, took_at.get(i)) {
+                    took.store(slot, Ordering::Release);
+                }
+                if let (Ok(Answer::Unstamped), Some(u)) = (answer, unstamped.get(i)) {
+                    u.store(true, Ordering::Release);
                 }
             };
             let lock = matches!(op, NodeOp::Lock);
@@ -107,6 +156,11 @@ impl RedlockBackend {
                     tally.yes += 1;
                     granted.push((i, fence));
                 }
+                // The same for a permit's slot.
+                Ok(Answer::Slot { .. }) if tainted.is(i) => {
+                    tally.no += 1;
+                    untrusted.push(i);
+                }
                 Ok(Answer::Slot { fence, slot }) => {
                     match slots.iter_mut().find(|(s, _)| *s == slot) {
                         Some((_, g)) => g.push((i, fence)),
@@ -118,6 +172,8 @@ impl RedlockBackend {
                     tally.no += 1;
                     ranks.extend(rank);
                 }
+                // Granting nothing until stamped: a refusal, not a failure.
+                Ok(Answer::Unstamped) => tally.no += 1,
                 Err(e) => tally.failed.push(e),
             }
         }
@@ -125,13 +181,15 @@ impl RedlockBackend {
         // other slots are given back.
         let mut mismatched: Vec<usize> = Vec::new();
         let mut best_slot = None;
+        let mut chosen = None;
         if !slots.is_empty() {
             // For the next round: a node offers its lowest free slot, so every lower slot is
             // taken there; the highest slot offered is the only one no answering node is known
             // to have taken.
             best_slot = slots.iter().map(|(s, _)| *s).max();
             slots.sort_by_key(|(s, g)| (std::cmp::Reverse(g.len()), *s));
-            let (_, group) = slots.remove(0);
+            let (slot, group) = slots.remove(0);
+            chosen = Some(slot);
             granted = group;
             mismatched = slots
                 .iter()
@@ -158,6 +216,13 @@ impl RedlockBackend {
                     lease.set_deadline(valid_until);
                     mismatched.extend(untrusted);
                     give_back(&mismatched, None, None);
+                    // A permit: a node we stopped listening to may yet grant another slot, which
+                    // would hold that slot for nobody's lease (and count for this token in an
+                    // extend): given back as it lands. Late grants of our slot are the lease's.
+                    if let Some(slot) = chosen {
+                        let unheard: Vec<usize> = (0..n).filter(|&i| !tally.answered(i)).collect();
+                        give_back(&unheard, Some((took_at, Some(slot))), None);
+                    }
                     return Round::Granted(lease);
                 }
                 Ok(_) => {}
@@ -173,7 +238,7 @@ impl RedlockBackend {
         took.extend(mismatched);
         took.extend(untrusted);
         let unheard: Vec<usize> = (0..n).filter(|&i| !tally.answered(i)).collect();
-        give_back(&unheard, Some(took_at), Some(tainted.clone()));
+        give_back(&unheard, Some((took_at, None)), Some(tainted.clone()));
         give_back(&took, None, Some(tainted.clone()));
         if tally.down() {
             return Round::Down(tally.unavailable("acquire"));
@@ -243,8 +308,9 @@ impl RedlockBackend {
 
     /// Compare-and-delete on `which`, in parallel, waiting (within the timeouts) for the answers.
     /// With `only_took`, the nodes we stopped listening to: without waiting, and only where the
-    /// acquire before it (queued ahead on the same worker) turned out to be granted, so a node that
-    /// is down is not sent a release per round. The caller listens until `calls` (plus slack) at
+    /// acquire before it (queued ahead on the same worker) turned out to be granted (a permit:
+    /// a slot other than the one given, if one is given), so a node that is down is not sent a
+    /// release per round. The caller listens until `calls` (plus slack) at
     /// most; a release that runs later, behind a slow call, gets a node call's bound of its own.
     /// With `taint`, each node whose give-back fails or times out is marked there (a failed
     /// round's give-back: that request may still reach the node later, after a later round's
@@ -258,7 +324,7 @@ impl RedlockBackend {
         token: Token,
         expires: Instant,
         leave: bool,
-        only_took: Option<Arc<Vec<AtomicBool>>>,
+        only_took: Option<(Arc<Vec<AtomicI64>>, Option<u32>)>,
         calls: Deadline,
         taint: Option<Taint>,
     ) {
@@ -273,9 +339,12 @@ impl RedlockBackend {
         let signal_ttl = self.signal_ttl;
         let wait = only_took.is_none();
         let mut replies = self.fanout.call(which, &affinity, timing, move |i, node| {
-            let took = only_took
-                .as_ref()
-                .is_none_or(|t| t.get(i).is_some_and(|t| t.load(Ordering::Acquire)));
+            let took = only_took.as_ref().is_none_or(|(t, except)| {
+                t.get(i).is_some_and(|t| {
+                    let slot = t.load(Ordering::Acquire);
+                    slot >= 0 && except.is_none_or(|e| slot != i64::from(e))
+                })
+            });
             if !took {
                 return Ok(false);
             }
@@ -294,6 +363,57 @@ impl RedlockBackend {
             outcome
         });
         while wait && replies.next().is_some() {}
+    }
+
+    /// [`RedlockBackend::by_quorum`] for extends, whose answers name the slot each node holds our
+    /// token in (see `kinds::extend_on`): `Ok` once a quorum holds it in one slot, with the nodes
+    /// that answered another slot; `Lost` once too few could still hold it at all, or every node
+    /// answered and no slot has a quorum.
+    pub(super) fn by_slot_quorum(
+        &self,
+        what: &str,
+        key: &Key,
+        mut replies: Replies<Option<u32>>,
+    ) -> Result<Vec<usize>> {
+        let n = self.fanout.len();
+        let mut tally = Tally::new(n, self.quorum);
+        let mut votes: Vec<(usize, u32)> = Vec::with_capacity(n);
+        let best = |votes: &[(usize, u32)]| {
+            let mut counts: Vec<(u32, usize)> = Vec::new();
+            for &(_, s) in votes {
+                match counts.iter_mut().find(|(slot, _)| *slot == s) {
+                    Some((_, c)) => *c += 1,
+                    None => counts.push((s, 1)),
+                }
+            }
+            counts
+                .into_iter()
+                .max_by_key(|&(s, c)| (c, std::cmp::Reverse(s)))
+        };
+        // `tally.no` counts only nodes that hold no slot for us: those cannot join any slot's
+        // quorum, while one that answered another slot may yet be the majority's.
+        while let Some((i, r)) = tally.hear(&mut replies, what) {
+            match r {
+                Ok(Some(slot)) => {
+                    votes.push((i, slot));
+                    tally.yes = best(&votes).map_or(0, |(_, c)| c);
+                }
+                Ok(None) => tally.no += 1,
+                Err(e) => tally.failed.push(e),
+            }
+        }
+        if let Some((slot, _)) = best(&votes).filter(|&(_, c)| c >= self.quorum) {
+            return Ok(votes
+                .iter()
+                .filter(|&&(_, s)| s != slot)
+                .map(|&(i, _)| i)
+                .collect());
+        }
+        let others = votes.len() - tally.yes;
+        if tally.no + others > n - self.quorum {
+            return Err(lost(key));
+        }
+        Err(tally.unavailable(what))
     }
 
     /// Runs a compare-and-something on every node and decides it by quorum: `Ok` once a quorum
