@@ -581,12 +581,10 @@ pub fn run(name: &str, setup: Setup, seed: u64) -> leasehold_testkit::Report {
     let generator = Generator::start(&catalogue, &schedule);
     std::thread::sleep(plan.duration);
     let log = generator.finish();
-    eprintln!(
-        "{name}: {} faults applied, first: {:?}, last: {:?}",
-        log.len(),
-        log.first(),
-        log.last()
-    );
+    eprintln!("{name}: {} faults applied:", log.len());
+    for line in &log {
+        eprintln!("  {line}");
+    }
     let report = run.finish(Duration::from_secs(3));
     drop(keep);
     report

@@ -77,8 +77,8 @@ impl Catalogue {
     }
 
     /// The proxy faults, on a minority of `proxies` (so a quorum keeps its majority) or, one time in
-    /// four, on all: a black hole, replies delayed past `io_timeout`, a slow drip, replies dropped
-    /// after the request ran, and (when `resets`) every connection reset. A backend whose lease lives
+    /// four, on all: a black hole, replies delayed past `io_timeout`, traffic delayed but in time, a
+    /// slow drip, replies dropped after the request ran, and (when `resets`) every connection reset. A backend whose lease lives
     /// in its connection (PostgreSQL advisory, MySQL named) loses every lease to a reset by design,
     /// as its README says, so it gets none.
     pub fn proxy_faults(
@@ -127,6 +127,24 @@ impl Catalogue {
             Duration::ZERO,
             move |d, rng| {
                 let f = late(rng);
+                hold(&ps, f, d, rng)
+            },
+        );
+        // Slow but in time: each direction held up to just under half the I/O timeout, so calls
+        // succeed after a long round trip. A lease dated from its reply rather than its send
+        // would show here as a holder believing past the server's expiry.
+        let ps = proxies.to_vec();
+        let half = (io_timeout / 2).saturating_sub(Duration::from_millis(20));
+        self.add(
+            "proxy latency under the io timeout",
+            "proxies",
+            every,
+            short,
+            long,
+            Duration::ZERO,
+            move |d, rng| {
+                let ms = half.as_millis().max(10) as u64;
+                let f = Fault::Latency(Duration::from_millis(rng.u64(5..=ms)));
                 hold(&ps, f, d, rng)
             },
         );
