@@ -43,11 +43,10 @@ impl Mode {
 
     /// Whether a lease of this mode and one of `other` may hold one key at the same time.
     pub fn coexists_with(self, other: Mode) -> bool {
-        match (self, other) {
-            (Mode::Shared, Mode::Shared) => true,
-            (Mode::Permit(_), Mode::Permit(_)) => true,
-            _ => false,
-        }
+        matches!(
+            (self, other),
+            (Mode::Shared, Mode::Shared) | (Mode::Permit(_), Mode::Permit(_))
+        )
     }
 }
 

@@ -279,7 +279,7 @@ pub fn check(history: &Snapshot, config: &CheckConfig) -> Report {
                 continue;
             }
             let last = || last_hold(ops, &holds, &of_lease, x);
-            if let Some(h) = holds.iter().filter(blocks).next() {
+            if let Some(h) = holds.iter().find(blocks) {
                 r.late_grants.add(max, || {
                     format!(
                         "{} refused while only {} (never learned) may have held the key",

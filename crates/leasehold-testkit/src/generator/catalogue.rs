@@ -95,12 +95,12 @@ impl Catalogue {
         let late = move |rng: &mut fastrand::Rng| {
             Fault::Latency(io_timeout + Duration::from_millis(rng.u64(20..=400)))
         };
-        let faults: [(&str, fn(&mut fastrand::Rng) -> Option<Fault>); 3] = [
-            ("proxy black hole", |_| Some(Fault::BlackHole)),
+        let faults: [(&str, DrawFault); 3] = [
+            ("proxy black hole", |_| Fault::BlackHole),
             ("proxy slow drip", |rng| {
-                Some(Fault::SlowDrip(Duration::from_millis(rng.u64(1..=5))))
+                Fault::SlowDrip(Duration::from_millis(rng.u64(1..=5)))
             }),
-            ("proxy drop replies", |_| Some(Fault::DropReplies)),
+            ("proxy drop replies", |_| Fault::DropReplies),
         ];
         for (name, fault) in faults {
             let ps = proxies.to_vec();
@@ -112,7 +112,7 @@ impl Catalogue {
                 long,
                 Duration::ZERO,
                 move |d, rng| {
-                    let f = fault(rng).unwrap_or_default();
+                    let f = fault(rng);
                     hold(&ps, f, d, rng)
                 },
             );
@@ -223,6 +223,9 @@ impl Catalogue {
         )
     }
 }
+
+/// Draws the details of a proxy fault (how slow a drip).
+type DrawFault = fn(&mut fastrand::Rng) -> Fault;
 
 /// A minority of `n` (at least one), or all of them one time in four.
 fn pick(n: usize, rng: &mut fastrand::Rng) -> Vec<usize> {
