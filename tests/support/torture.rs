@@ -183,6 +183,9 @@ impl Run {
 
 fn outcome_of(e: &Error) -> Outcome {
     match e {
+        // Redlock's refusal of a grant whose round outlasted its TTL: not contention, and nobody
+        // holds what the quorum granted (the checker counts it as a cost, not a refusal).
+        Error::NotAcquired(why) if why.contains("left no validity") => Outcome::NoValidity,
         Error::NotAcquired(_) => Outcome::NotAcquired,
         Error::Lost(_) => Outcome::Lost,
         Error::Unavailable(_) => Outcome::Unknown,

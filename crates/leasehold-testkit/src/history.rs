@@ -71,6 +71,9 @@ pub enum Outcome {
     Ok,
     /// An acquire refused because the key is held.
     NotAcquired,
+    /// An acquire refused although a quorum granted it: the round took the whole TTL, so the grant
+    /// came back with no validity left (Redlock). Nobody holds its token; its grants lapse at the TTL.
+    NoValidity,
     /// A release or extend told the lease was not ours any more.
     Lost,
     /// A write the store refused (its fence was stale).
@@ -84,7 +87,11 @@ impl Outcome {
     pub fn is_fail(self) -> bool {
         matches!(
             self,
-            Outcome::NotAcquired | Outcome::Lost | Outcome::Rejected | Outcome::Failed
+            Outcome::NotAcquired
+                | Outcome::NoValidity
+                | Outcome::Lost
+                | Outcome::Rejected
+                | Outcome::Failed
         )
     }
 }

@@ -310,6 +310,21 @@ fn more_permits_than_the_semaphore_has_are_reported() {
     assert_eq!(r.believed_overlaps.count, 1, "{r}");
 }
 
+/// A Redlock grant that came back with no validity left is refused as it must be: a cost, not a
+/// stranded refusal, and what the quorum granted may block the next caller until its TTL.
+#[test]
+fn a_refusal_with_no_validity_left_is_a_cost() {
+    let ops = vec![
+        acq(0, 20, 0, Some(300), Outcome::NoValidity),
+        acq(1, 100, 310, Some(311), Outcome::NotAcquired),
+    ];
+    let r = check(&Snapshot::of(ops), &CheckConfig::default());
+    assert_eq!(r.no_validity.count, 1, "{r}");
+    assert_eq!(r.stranded.count, 0, "{r}");
+    assert_eq!(r.late_grants.count, 1, "{r}");
+    assert!(r.is_clean(), "{r}");
+}
+
 /// Fence order binds exclusive grants only: readers may share a fence.
 #[test]
 fn fence_order_judges_exclusive_grants_only() {

@@ -17,7 +17,9 @@
 //!
 //! Counted apart: **stranded** refusals (no possible holder at all, a liveness failure) and
 //! **late-grant costs** (a refusal explained only by an acquire whose caller never learned its
-//! outcome: a late-delivered request holds the key under a token nobody has until its TTL).
+//! outcome: a late-delivered request holds the key under a token nobody has until its TTL), and
+//! **no-validity refusals** (a Redlock round that outlasted its TTL: granted by a quorum, refused
+//! as it must be, its grants left to lapse).
 //!
 //! Every allowance is in [`allowance`].
 
@@ -98,6 +100,7 @@ pub fn check(history: &Snapshot, config: &CheckConfig) -> Report {
             (OpKind::Acquire, Outcome::Ok) => r.acquired += 1,
             (OpKind::Restore, Outcome::Ok) => r.restored += 1,
             (_, Outcome::NotAcquired) => r.not_acquired += 1,
+            (_, Outcome::NoValidity) => r.no_validity.add(max, || describe(id, op)),
             (_, Outcome::Unknown) => r.unknown += 1,
             (_, Outcome::Lost) => r.lost += 1,
             (_, Outcome::Failed) => r.failed += 1,
@@ -282,7 +285,7 @@ pub fn check(history: &Snapshot, config: &CheckConfig) -> Report {
             if let Some(h) = holds.iter().find(blocks) {
                 r.late_grants.add(max, || {
                     format!(
-                        "{} refused while only {} (never learned) may have held the key",
+                        "{} refused while only {} (nobody has its token) may have held the key",
                         describe(x, op),
                         describe(h.lease, &ops[h.lease])
                     )

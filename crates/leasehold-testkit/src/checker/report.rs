@@ -37,6 +37,9 @@ pub struct Report {
     /// A cost, not a violation: refusals explained only by an acquire whose outcome its caller never
     /// learned (a late-delivered request holds the key under a token nobody has, until its TTL).
     pub late_grants: Finding,
+    /// A cost, not a violation: acquires a quorum granted too late to be valid (the round outlasted
+    /// the TTL), refused as they must be; they may block others until their TTL.
+    pub no_validity: Finding,
     pub acquired: usize,
     pub restored: usize,
     pub not_acquired: usize,
@@ -87,8 +90,8 @@ impl Report {
     /// The counted kinds that are not violations.
     pub fn other_line(&self) -> String {
         format!(
-            "stranded: {}, late-grant costs: {}",
-            self.stranded.count, self.late_grants.count
+            "stranded: {}, late-grant costs: {}, no-validity refusals: {}",
+            self.stranded.count, self.late_grants.count, self.no_validity.count
         )
     }
 }
@@ -123,6 +126,7 @@ impl fmt::Display for Report {
             ("past bound", &self.bound_overruns),
             ("stranded", &self.stranded),
             ("late grant", &self.late_grants),
+            ("no validity", &self.no_validity),
         ] {
             for e in &finding.examples {
                 write!(f, "\n  {name}: {e}")?;
