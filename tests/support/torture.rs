@@ -1,22 +1,27 @@
 //! The torture workers, shared by the torture test (tests/torture.rs) and the soak
-//! (examples/torture.rs): threads that acquire, write to a fenced store, sometimes pause past their
-//! TTL, and release, recording everything in a history for the checker.
+//! (examples/torture.rs): threads that take exclusive, shared and permit leases, extend them
+//! sometimes (with another TTL), write to a fenced store (exclusive holders, with their fence),
+//! sometimes pause past their TTL or hand their lease to another worker (detach, then restore by
+//! token), and release, recording every call and what the holder believed of its lease after each
+//! (`remaining()`) in a history for the checker.
 
 #![allow(dead_code)]
 
 use leasehold::{Error, Lease};
+use leasehold_testkit::checker::allowance::SCHEDULING_SLACK as SLACK;
+use leasehold_testkit::history::OpId;
 use leasehold_testkit::{
-    check, CheckConfig, FaultProxy, FencedStore, History, Op, Outcome, Report,
+    check, CheckConfig, FaultProxy, FencedStore, History, Mode, Op, Outcome, Report,
 };
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Scheduling slack on top of the contract's bounds: this is a 2-core machine running the workers,
-/// the proxies' thread pairs and the servers at once, so a thread can wait a few scheduler quanta
-/// (and a latency fault can hold a reply) before it sees its own timeout fire.
-pub const SLACK: Duration = Duration::from_millis(400);
+/// The longest TTL a worker asks for (acquire or extend): a server that loses its data stays down
+/// longer than this, so no lease granted before the loss is still believed after it.
+pub const MAX_TTL: Duration = Duration::from_millis(200);
 
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -35,10 +40,13 @@ pub struct Plan {
     /// A refused acquire may leave part of a grant behind until its TTL (Redlock): see
     /// [`CheckConfig::refusals_may_hold`].
     pub refusals_may_hold: bool,
-    /// How long past its TTL a lease of unknown fate may still hold its key: a request sent to a
-    /// server that is paused runs when the server wakes, and its TTL starts only then, so a scenario
-    /// that pauses a server for P needs at least P here (see [`CheckConfig::stranded_slack`]).
-    pub stranded_slack: Duration,
+    /// Whether workers also take shared leases (on the lock keys, beside exclusive ones).
+    pub shared: bool,
+    /// Whether workers also take permits of semaphores of this many permits (on keys of their own:
+    /// semaphores are a namespace apart).
+    pub permits: Option<u32>,
+    /// Chance that an exclusive holder detaches its lease for another worker to restore by token.
+    pub handoff_chance: f64,
     /// What the URL adds to the bound of an acquire attempt and an extend: `replicas_timeout_ms`
     /// with `replicas=N` (the `WAIT` for the replicas' acknowledgement runs inside the call).
     pub write_allowance: Duration,
@@ -57,11 +65,9 @@ impl Plan {
             pause_chance: 0.1,
             reconnect_every: None,
             refusals_may_hold: url.starts_with("redlock"),
-            // A request held back by a fault (a black hole, up to 400 ms; a slow drip of up to 5 ms a
-            // byte, over 1 s for a 250-byte script call) reaches the server, and takes its lease, up
-            // to about 2 s after its caller gave up: its TTL starts only then. (Seen in a 10-minute
-            // Redis soak: a refusal 1.74 s after an unknown acquire.)
-            stranded_slack: Duration::from_millis(2500),
+            shared: true,
+            permits: Some(2),
+            handoff_chance: 0.05,
             write_allowance: Duration::ZERO,
         }
     }
@@ -97,6 +103,22 @@ impl Plan {
     }
 }
 
+/// A lease one worker detached for another to pick up by its token.
+struct Handoff {
+    key: String,
+    token: String,
+    /// The acquire the lease came from: the restorer's calls and beliefs continue it.
+    lease: OpId,
+}
+
+/// What the workers share.
+struct Shared {
+    history: Arc<History>,
+    store: Arc<FencedStore>,
+    stop: Arc<AtomicBool>,
+    handoffs: Mutex<VecDeque<Handoff>>,
+}
+
 /// Running workers; [`Run::finish`] stops them and checks what they did.
 pub struct Run {
     pub history: Arc<History>,
@@ -108,33 +130,29 @@ pub struct Run {
 }
 
 pub fn start(plan: &Plan) -> Run {
-    let history = Arc::new(History::new());
-    let store = Arc::new(FencedStore::new());
-    let stop = Arc::new(AtomicBool::new(false));
+    let shared = Arc::new(Shared {
+        history: Arc::new(History::new()),
+        store: Arc::new(FencedStore::new()),
+        stop: Arc::new(AtomicBool::new(false)),
+        handoffs: Mutex::new(VecDeque::new()),
+    });
     let url = plan.full_url();
     let workers = (0..plan.workers)
         .map(|w| {
-            let (h, s, st, plan, url) = (
-                history.clone(),
-                store.clone(),
-                stop.clone(),
-                plan.clone(),
-                url.clone(),
-            );
+            let (sh, plan, url) = (shared.clone(), plan.clone(), url.clone());
             std::thread::Builder::new()
                 .name(format!("torture-{w}"))
-                .spawn(move || worker(w, &plan, &url, &h, &s, &st))
+                .spawn(move || worker(w, &plan, &url, &sh))
                 .expect("spawn a torture worker")
         })
         .collect();
     Run {
-        history,
-        store,
-        stop,
+        history: shared.history.clone(),
+        store: shared.store.clone(),
+        stop: shared.stop.clone(),
         workers,
         config: CheckConfig {
             refusals_may_hold: plan.refusals_may_hold,
-            stranded_slack: plan.stranded_slack,
             ..CheckConfig::default()
         },
     }
@@ -165,6 +183,9 @@ impl Run {
 
 fn outcome_of(e: &Error) -> Outcome {
     match e {
+        // Redlock's refusal of a grant whose round outlasted its TTL: not contention, and nobody
+        // holds what the quorum granted (the checker counts it as a cost, not a refusal).
+        Error::NotAcquired(why) if why.contains("left no validity") => Outcome::NoValidity,
         Error::NotAcquired(_) => Outcome::NotAcquired,
         Error::Lost(_) => Outcome::Lost,
         Error::Unavailable(_) => Outcome::Unknown,
@@ -172,7 +193,27 @@ fn outcome_of(e: &Error) -> Outcome {
     }
 }
 
-fn worker(w: usize, plan: &Plan, url: &str, h: &History, store: &FencedStore, stop: &AtomicBool) {
+fn random_ttl(rng: &mut fastrand::Rng) -> Duration {
+    Duration::from_millis(rng.u64(20..=MAX_TTL.as_millis() as u64))
+}
+
+/// The mode of the next acquire: exclusive half the time, else shared or a permit when offered.
+fn random_mode(plan: &Plan, rng: &mut fastrand::Rng) -> Mode {
+    let mut modes = vec![Mode::Exclusive, Mode::Exclusive];
+    if plan.shared {
+        modes.push(Mode::Shared);
+    }
+    if let Some(n) = plan.permits {
+        modes.push(Mode::Permit(n));
+    }
+    while modes.len() < 4 {
+        modes.push(Mode::Exclusive);
+    }
+    modes[rng.usize(..modes.len())]
+}
+
+fn worker(w: usize, plan: &Plan, url: &str, sh: &Shared) {
+    let (h, stop) = (&*sh.history, &*sh.stop);
     let mut rng = fastrand::Rng::with_seed(plan.seed.wrapping_add(w as u64 * 0x9E37_79B9));
     // Each worker its own client: its own pool, as separate processes would have.
     let connect = || loop {
@@ -196,14 +237,52 @@ fn worker(w: usize, plan: &Plan, url: &str, h: &History, store: &FencedStore, st
                 None => return,
             }
         }
-        let key = format!("torture:{}", rng.usize(..plan.keys.max(1)));
-        let ttl = Duration::from_millis(rng.u64(20..=200));
+        // A lease another worker detached comes first: picking it up late is part of the test.
+        let handoff = sh
+            .handoffs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front();
+        if let Some(hd) = handoff {
+            let r = h.invoke(Op::restore(w, &hd.key, hd.lease, plan.call_bound()));
+            match client.restore(&hd.key, &hd.token) {
+                Ok(lease) => {
+                    h.ok(r, Some(lease.fence()));
+                    h.believe(hd.lease, || lease.remaining());
+                    hold(
+                        w,
+                        plan,
+                        &mut rng,
+                        sh,
+                        &hd.key,
+                        hd.lease,
+                        lease,
+                        Mode::Exclusive,
+                    );
+                }
+                Err(e) => h.fail(r, outcome_of(&e)),
+            }
+            continue;
+        }
+        let mode = random_mode(plan, &mut rng);
+        let key = match mode {
+            Mode::Permit(_) => format!("torture-sem:{}", rng.usize(..plan.keys.max(1))),
+            _ => format!("torture:{}", rng.usize(..plan.keys.max(1))),
+        };
+        let ttl = random_ttl(&mut rng);
         let wait = Duration::from_millis(rng.u64(0..=300));
-        let id = h.invoke(Op::acquire(w, &key, ttl, wait, plan.acquire_bound(wait)));
-        let mut lease: Lease = match client.acquire(&key, ttl, wait) {
-            Ok(l) => {
-                h.ok(id, Some(l.fence()));
-                l
+        let op = Op::acquire(w, &key, ttl, wait, plan.acquire_bound(wait)).with_mode(mode);
+        let id = h.invoke(op);
+        let got = match mode {
+            Mode::Exclusive => client.acquire(&key, ttl, wait),
+            Mode::Shared => client.acquire_shared(&key, ttl, wait),
+            Mode::Permit(n) => client.acquire_permit(&key, n, ttl, wait),
+        };
+        match got {
+            Ok(lease) => {
+                h.ok(id, Some(lease.fence()));
+                h.believe(id, || lease.remaining());
+                hold(w, plan, &mut rng, sh, &key, id, lease, mode);
             }
             Err(e) => {
                 h.fail(id, outcome_of(&e));
@@ -211,45 +290,84 @@ fn worker(w: usize, plan: &Plan, url: &str, h: &History, store: &FencedStore, st
                     // A backend in trouble: do not spin on it.
                     std::thread::sleep(Duration::from_millis(rng.u64(1..=20)));
                 }
-                continue;
-            }
-        };
-        let fence = lease.fence();
-        if rng.f64() < plan.pause_chance {
-            // A holder paused (GC, SIGSTOP) past its TTL, then writing as if nothing happened: the
-            // store must refuse it if a newer holder has written.
-            std::thread::sleep(ttl + Duration::from_millis(rng.u64(1..=50)));
-        } else {
-            std::thread::sleep(Duration::from_millis(
-                rng.u64(0..=ttl.as_millis() as u64 / 4),
-            ));
-            if rng.u8(..5) == 0 {
-                let new_ttl = Duration::from_millis(rng.u64(20..=200));
-                let x = h.invoke(Op::extend(w, &key, id, new_ttl, plan.extend_bound()));
-                match lease.extend(new_ttl) {
-                    Ok(()) => h.ok(x, None),
-                    Err(e) => {
-                        h.fail(x, outcome_of(&e));
-                        if !lease.is_held() {
-                            // The client says the lease is over (an extend that found it lost, or
-                            // one whose session had to be dropped): from here on the holder does
-                            // not rely on it, as a careful worker would not. Recorded as the start
-                            // of giving it back (which ends the lease's validity window), but not
-                            // as settled: the server may hold the key until the release below (a
-                            // PostgreSQL advisory session is closed then, not inside the extend).
-                            let gone = h.invoke(Op::release(w, &key, id, plan.call_bound()));
-                            h.fail(gone, Outcome::Failed);
-                        }
-                    }
-                }
             }
         }
-        store.write_recorded(h, w, &key, Some(id), fence);
-        let r = h.invoke(Op::release(w, &key, id, plan.call_bound()));
-        match lease.release() {
-            Ok(()) => h.ok(r, None),
-            Err(e) => h.fail(r, outcome_of(&e)),
+    }
+}
+
+/// What a holder does with a lease (acquired, or restored: `id` is the acquire it continues):
+/// works (or pauses past its TTL), maybe extends, writes with its fence if exclusive, then hands
+/// it off or releases it. A belief is recorded after every call and right before the write.
+#[allow(clippy::too_many_arguments)]
+fn hold(
+    w: usize,
+    plan: &Plan,
+    rng: &mut fastrand::Rng,
+    sh: &Shared,
+    key: &str,
+    id: OpId,
+    mut lease: Lease,
+    mode: Mode,
+) {
+    let h = &*sh.history;
+    let fence = lease.fence();
+    if rng.f64() < plan.pause_chance {
+        // A holder paused (GC, SIGSTOP) past its TTL, then writing as if nothing happened: the
+        // store must refuse it if a newer holder has written.
+        std::thread::sleep(MAX_TTL + Duration::from_millis(rng.u64(1..=50)));
+    } else {
+        let remaining = lease.remaining().as_millis() as u64;
+        std::thread::sleep(Duration::from_millis(rng.u64(0..=remaining / 4)));
+        if rng.u8(..5) == 0 {
+            let new_ttl = random_ttl(rng);
+            let x = h.invoke(Op::extend(w, key, id, new_ttl, plan.extend_bound()));
+            let result = lease.extend(new_ttl);
+            match &result {
+                Ok(()) => h.ok(x, None),
+                Err(e) => h.fail(x, outcome_of(e)),
+            }
+            h.believe(id, || lease.remaining());
+            if result.is_err() && !lease.is_held() {
+                // The client says the lease is over (an extend that found it lost, or one whose
+                // session had to be dropped): from here on the holder does not rely on it, as a
+                // careful worker would not. Recorded as the start of giving it back (which ends
+                // the lease's validity window), but not as settled: the server may hold the key
+                // until the release below (a PostgreSQL advisory session is closed then, not
+                // inside the extend).
+                let gone = h.invoke(Op::release(w, key, id, plan.call_bound()));
+                h.fail(gone, Outcome::Failed);
+            }
         }
+    }
+    if mode == Mode::Exclusive {
+        h.believe(id, || lease.remaining());
+        sh.store.write_recorded(h, w, key, Some(id), fence);
+        if rng.f64() < plan.handoff_chance && lease.is_held() {
+            // Detached: the key stays held under this token until its TTL or the restorer's
+            // release; this worker no longer records anything for it.
+            let token = lease.token().to_string();
+            lease.forget();
+            sh.handoffs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push_back(Handoff {
+                    key: key.to_owned(),
+                    token,
+                    lease: id,
+                });
+            return;
+        }
+    }
+    let r = h.invoke(Op::release(w, key, id, plan.call_bound()));
+    match lease.release_in_place() {
+        Ok(()) => h.ok(r, None),
+        Err(e) => h.fail(r, outcome_of(&e)),
+    }
+    h.believe(id, || lease.remaining());
+    if !lease.is_released() {
+        // A release of unknown outcome: the key runs out at its TTL. Detaching (rather than
+        // dropping, which would try again) keeps this one call per release, within its bound.
+        lease.forget();
     }
 }
 

@@ -16,6 +16,49 @@ pub enum OpKind {
     Extend,
     /// A write to the protected store, carrying the writer's fence.
     Write,
+    /// Another client picked the lease up by its token (`lease` names the acquire it continues).
+    Restore,
+}
+
+/// What an acquire asked for, as plain data: the checker's exclusion rules depend on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Mode {
+    #[default]
+    Exclusive,
+    /// A reader: any number at once, never beside an exclusive lease.
+    Shared,
+    /// One of this many permits of a semaphore.
+    Permit(u32),
+}
+
+impl Mode {
+    /// How many leases of this mode may hold one key at once.
+    pub fn capacity(self) -> usize {
+        match self {
+            Mode::Exclusive => 1,
+            Mode::Shared => usize::MAX,
+            Mode::Permit(n) => n.max(1) as usize,
+        }
+    }
+
+    /// Whether a lease of this mode and one of `other` may hold one key at the same time.
+    pub fn coexists_with(self, other: Mode) -> bool {
+        matches!(
+            (self, other),
+            (Mode::Shared, Mode::Shared) | (Mode::Permit(_), Mode::Permit(_))
+        )
+    }
+}
+
+/// What a holder believed right after a call on its lease (or right before a write): from `at` until
+/// `until` its `remaining()` said the lease was valid. `at` is read from the history clock before
+/// `remaining()`, so `until = at + remaining` errs early, never late.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Belief {
+    /// The acquire whose lease this is.
+    pub lease: OpId,
+    pub at: Duration,
+    pub until: Duration,
 }
 
 /// How an operation ended: ok, one of the definite failures, or unknown (the call gave up without
@@ -28,6 +71,9 @@ pub enum Outcome {
     Ok,
     /// An acquire refused because the key is held.
     NotAcquired,
+    /// An acquire refused although a quorum granted it: the round took the whole TTL, so the grant
+    /// came back with no validity left (Redlock). Nobody holds its token; its grants lapse at the TTL.
+    NoValidity,
     /// A release or extend told the lease was not ours any more.
     Lost,
     /// A write the store refused (its fence was stale).
@@ -41,7 +87,11 @@ impl Outcome {
     pub fn is_fail(self) -> bool {
         matches!(
             self,
-            Outcome::NotAcquired | Outcome::Lost | Outcome::Rejected | Outcome::Failed
+            Outcome::NotAcquired
+                | Outcome::NoValidity
+                | Outcome::Lost
+                | Outcome::Rejected
+                | Outcome::Failed
         )
     }
 }
@@ -52,6 +102,8 @@ pub struct Op {
     pub worker: usize,
     pub key: String,
     pub kind: OpKind,
+    /// Acquire: exclusive, shared or a permit (other operations: their lease's, unused).
+    pub mode: Mode,
     /// Acquire and extend: the TTL asked for.
     pub ttl: Duration,
     /// Acquire: how long it may wait for the key.
@@ -74,6 +126,7 @@ impl Op {
             worker,
             key: key.to_owned(),
             kind,
+            mode: Mode::Exclusive,
             ttl: Duration::ZERO,
             wait: Duration::ZERO,
             bound: None,
@@ -127,6 +180,19 @@ impl Op {
         self
     }
 
+    pub fn restore(worker: usize, key: &str, lease: OpId, bound: Duration) -> Op {
+        Op {
+            bound: Some(bound),
+            lease: Some(lease),
+            ..Op::new(worker, key, OpKind::Restore, Duration::ZERO)
+        }
+    }
+
+    pub fn with_mode(mut self, mode: Mode) -> Op {
+        self.mode = mode;
+        self
+    }
+
     pub fn with_fence(mut self, fence: u64) -> Op {
         self.fence = Some(fence);
         self
@@ -142,6 +208,8 @@ impl Op {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Snapshot {
     pub ops: Vec<Op>,
+    /// What holders believed of their leases, in the order recorded.
+    pub beliefs: Vec<Belief>,
     /// When the snapshot was taken: pending operations have been running at least until then.
     pub end: Duration,
 }
@@ -154,7 +222,21 @@ impl Snapshot {
             .map(|o| o.complete.unwrap_or(o.invoke))
             .max()
             .unwrap_or_default();
-        Snapshot { ops, end }
+        Snapshot {
+            ops,
+            beliefs: Vec::new(),
+            end,
+        }
+    }
+
+    /// Adds hand-written beliefs `(lease, at_ms, until_ms)`.
+    pub fn with_beliefs(mut self, beliefs: &[(OpId, u64, u64)]) -> Snapshot {
+        for &(lease, at, until) in beliefs {
+            let (at, until) = (Duration::from_millis(at), Duration::from_millis(until));
+            self.end = self.end.max(until);
+            self.beliefs.push(Belief { lease, at, until });
+        }
+        self
     }
 }
 
@@ -163,6 +245,7 @@ impl Snapshot {
 pub struct History {
     start: Instant,
     ops: Mutex<Vec<Op>>,
+    beliefs: Mutex<Vec<Belief>>,
 }
 
 impl Default for History {
@@ -176,6 +259,7 @@ impl History {
         History {
             start: Instant::now(),
             ops: Mutex::new(Vec::new()),
+            beliefs: Mutex::new(Vec::new()),
         }
     }
 
@@ -230,6 +314,17 @@ impl History {
         ops.len() - 1
     }
 
+    /// Records what the holder of `lease` believes now: the clock is read first, then `remaining`
+    /// is called, so the recorded end is never later than the one the holder saw.
+    pub fn believe(&self, lease: OpId, remaining: impl FnOnce() -> Duration) {
+        let at = self.now();
+        let until = at + remaining();
+        self.beliefs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Belief { lease, at, until });
+    }
+
     pub fn len(&self) -> usize {
         self.ops().len()
     }
@@ -240,8 +335,14 @@ impl History {
 
     pub fn snapshot(&self) -> Snapshot {
         let ops = self.ops();
+        let beliefs = self
+            .beliefs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         Snapshot {
             ops: ops.clone(),
+            beliefs,
             end: self.now(),
         }
     }

@@ -7,17 +7,20 @@
 
 pub mod checker;
 mod fork;
+pub mod generator;
 pub mod history;
 mod mariadb;
 mod port;
 mod postgres;
 mod proxy;
 mod redis;
+mod store;
 mod tempdir;
 
 pub use checker::{check, CheckConfig, FencedStore, Report};
 pub use fork::in_child;
-pub use history::{History, Op, OpKind, Outcome, Snapshot};
+pub use generator::{Catalogue, Generator, Schedule};
+pub use history::{Belief, History, Mode, Op, OpKind, Outcome, Snapshot};
 pub use mariadb::{
     MariaDbServer, MARIADB_DATABASE, MARIADB_PASSWORD, MARIADB_USER, MARIADB_X509_USER,
 };

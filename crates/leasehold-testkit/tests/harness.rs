@@ -2,9 +2,11 @@
 //! hand-written histories and a deliberately unfenced store) and nothing on a clean history; the proxy
 //! does each fault to a real redis-server.
 
+use leasehold_testkit::checker::allowance::STRANDED_SLACK;
 use leasehold_testkit::checker::drift;
 use leasehold_testkit::{
-    check, CheckConfig, Fault, FaultProxy, FencedStore, History, Op, Outcome, RedisServer, Snapshot,
+    check, Catalogue, CheckConfig, Fault, FaultProxy, FencedStore, History, Mode, Op, Outcome,
+    RedisServer, Schedule, Snapshot,
 };
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -140,7 +142,7 @@ fn calls_past_their_bound_are_reported_and_hangs_too() {
 
 #[test]
 fn a_lease_stranded_after_an_unknown_outcome_is_reported() {
-    let slack = CheckConfig::default().stranded_slack.as_millis() as u64;
+    let slack = STRANDED_SLACK.as_millis() as u64;
     let ops = |refused_at: u64| {
         vec![
             // The acquire timed out: it may or may not have taken the key for 100 ms.
@@ -159,6 +161,9 @@ fn a_lease_stranded_after_an_unknown_outcome_is_reported() {
         &CheckConfig::default(),
     );
     assert_eq!(within.stranded.count, 0, "{within}");
+    // Only the acquire nobody learned the outcome of explains the refusal: a cost, not stranded.
+    assert_eq!(within.late_grants.count, 1, "{within}");
+    assert!(within.is_clean(), "{within}");
     let later = check(
         &Snapshot::of(ops(400 + 100 + slack + 1)),
         &CheckConfig::default(),
@@ -180,7 +185,7 @@ fn a_lease_stranded_after_an_unknown_outcome_is_reported() {
 /// held until the lease's TTL plus the slack, and no longer; a successful release settles at once.
 #[test]
 fn a_lost_release_settles_the_key_only_at_the_ttl() {
-    let slack = CheckConfig::default().stranded_slack.as_millis() as u64;
+    let slack = STRANDED_SLACK.as_millis() as u64;
     let ops = |release: Outcome, refused_at: u64| {
         vec![
             acq(0, 100, 0, Some(1), Outcome::Ok).with_fence(1),
@@ -208,6 +213,170 @@ fn a_lost_release_settles_the_key_only_at_the_ttl() {
     );
     let released = check(&Snapshot::of(ops(Outcome::Ok, 20)), &config);
     assert_eq!(released.stranded.count, 1, "{released}");
+}
+
+fn acq_as(worker: usize, mode: Mode, at: u64, done: u64) -> Op {
+    Op::acquire(worker, "k", ms(100), Duration::ZERO, BOUND)
+        .with_mode(mode)
+        .at(at, Some(done), Outcome::Ok)
+}
+
+/// The reviewers' case: the history says the lease ran out at 97 ms (so the derived windows do
+/// not overlap), but its holder's `remaining()` still said 9.5 s when another client got the key.
+#[test]
+fn a_believed_overlap_the_window_check_misses_is_reported() {
+    let ops = vec![
+        acq(0, 100, 0, Some(1), Outcome::Ok).with_fence(1),
+        acq(1, 100, 200, Some(201), Outcome::Ok).with_fence(2),
+    ];
+    let r = check(
+        &Snapshot::of(ops).with_beliefs(&[(0, 1, 9501), (0, 150, 9500), (1, 201, 298)]),
+        &CheckConfig::default(),
+    );
+    assert_eq!(r.overlaps.count, 0, "{r}");
+    assert_eq!(r.believed_overlaps.count, 1, "{r}");
+    assert!(r.believed_overlaps.examples[0].contains("w1"), "{r}");
+    assert!(!r.is_clean());
+}
+
+/// A belief ends where the holder starts giving the lease back, and where its next belief starts
+/// (an extend to a shorter TTL): neither is an overlap.
+#[test]
+fn beliefs_end_at_the_release_and_at_the_next_belief() {
+    let released = vec![
+        acq(0, 100, 0, Some(1), Outcome::Ok).with_fence(1),
+        rel(0, 0, 50, 51, Outcome::Ok),
+        acq(1, 100, 60, Some(61), Outcome::Ok).with_fence(2),
+    ];
+    let r = check(
+        &Snapshot::of(released).with_beliefs(&[(0, 1, 98), (2, 61, 158)]),
+        &CheckConfig::default(),
+    );
+    assert!(r.is_clean(), "{r}");
+    let shortened = vec![
+        acq(0, 100, 0, Some(1), Outcome::Ok).with_fence(1),
+        Op::extend(0, "k", 0, ms(20), BOUND).at(10, Some(11), Outcome::Ok),
+        acq(1, 100, 40, Some(41), Outcome::Ok).with_fence(2),
+    ];
+    let r = check(
+        &Snapshot::of(shortened).with_beliefs(&[(0, 1, 98), (0, 11, 28), (2, 41, 138)]),
+        &CheckConfig::default(),
+    );
+    assert!(r.is_clean(), "{r}");
+}
+
+/// Readers may overlap one another, never a writer; in both checks.
+#[test]
+fn shared_leases_overlap_each_other_but_not_an_exclusive_one() {
+    let readers = vec![
+        acq_as(0, Mode::Shared, 0, 1),
+        acq_as(1, Mode::Shared, 10, 11),
+    ];
+    let r = check(
+        &Snapshot::of(readers.clone()).with_beliefs(&[(0, 1, 90), (1, 11, 100)]),
+        &CheckConfig::default(),
+    );
+    assert!(r.is_clean(), "{r}");
+    let mut writer = readers;
+    writer.push(acq_as(2, Mode::Exclusive, 20, 21).with_fence(5));
+    let r = check(
+        &Snapshot::of(writer).with_beliefs(&[(0, 1, 90), (1, 11, 100), (2, 21, 110)]),
+        &CheckConfig::default(),
+    );
+    assert_eq!(r.overlaps.count, 2, "{r}");
+    assert_eq!(r.believed_overlaps.count, 2, "{r}");
+}
+
+/// A semaphore of 2 permits: two at once are fine, a third is one too many.
+#[test]
+fn more_permits_than_the_semaphore_has_are_reported() {
+    let two = vec![
+        acq_as(0, Mode::Permit(2), 0, 1),
+        acq_as(1, Mode::Permit(2), 10, 11),
+    ];
+    let beliefs = [(0, 1, 90), (1, 11, 100), (2, 21, 110)];
+    let r = check(
+        &Snapshot::of(two.clone()).with_beliefs(&beliefs[..2]),
+        &CheckConfig::default(),
+    );
+    assert!(r.is_clean(), "{r}");
+    let mut three = two;
+    three.push(acq_as(2, Mode::Permit(2), 20, 21));
+    let r = check(
+        &Snapshot::of(three).with_beliefs(&beliefs),
+        &CheckConfig::default(),
+    );
+    assert_eq!(r.overlaps.count, 1, "{r}");
+    assert_eq!(r.believed_overlaps.count, 1, "{r}");
+}
+
+/// A Redlock grant that came back with no validity left is refused as it must be: a cost, not a
+/// stranded refusal, and what the quorum granted may block the next caller until its TTL.
+#[test]
+fn a_refusal_with_no_validity_left_is_a_cost() {
+    let ops = vec![
+        acq(0, 20, 0, Some(300), Outcome::NoValidity),
+        acq(1, 100, 310, Some(311), Outcome::NotAcquired),
+    ];
+    let r = check(&Snapshot::of(ops), &CheckConfig::default());
+    assert_eq!(r.no_validity.count, 1, "{r}");
+    assert_eq!(r.stranded.count, 0, "{r}");
+    assert_eq!(r.late_grants.count, 1, "{r}");
+    assert!(r.is_clean(), "{r}");
+}
+
+/// Fence order binds exclusive grants only: readers may share a fence.
+#[test]
+fn fence_order_judges_exclusive_grants_only() {
+    let ops = vec![
+        acq_as(0, Mode::Shared, 0, 1).with_fence(7),
+        acq_as(1, Mode::Shared, 10, 11).with_fence(7),
+    ];
+    let r = check(&Snapshot::of(ops), &CheckConfig::default());
+    assert_eq!(r.fence_order.count, 0, "{r}");
+}
+
+#[test]
+fn the_summary_line_names_every_violation_kind() {
+    let mut ops = clean_ops();
+    // An intruder with a high fence: it overlaps #0, and the later grants' fences fall below it.
+    ops.push(acq(2, 100, 20, Some(30), Outcome::Ok).with_fence(20));
+    let r = check(&Snapshot::of(ops), &CheckConfig::default());
+    assert_eq!(
+        r.summary_line(),
+        "violations: 3 (overlaps 1, believed-overlaps 0, fence-order 2, stale-writes 0, past-bound 0)"
+    );
+    assert!(r.to_string().starts_with(&r.summary_line()));
+}
+
+/// The schedule is the seed's: the same seed draws the same one, and faults on one resource never
+/// overlap.
+#[test]
+fn a_schedule_is_replayable_and_keeps_resources_apart() {
+    let mut catalogue = Catalogue::new();
+    for name in ["a", "b"] {
+        catalogue.add(name, "server", ms(500), ms(100), ms(400), ms(50), |_, _| {
+            String::new()
+        });
+    }
+    catalogue.add("c", "net", ms(300), ms(10), ms(200), ms(0), |_, _| {
+        String::new()
+    });
+    let one = Schedule::draw(&catalogue, 42, ms(20_000), ms(2000));
+    assert_eq!(one, Schedule::draw(&catalogue, 42, ms(20_000), ms(2000)));
+    assert_ne!(one, Schedule::draw(&catalogue, 43, ms(20_000), ms(2000)));
+    let server: Vec<_> = one.events.iter().filter(|e| e.spec < 2).collect();
+    assert!(server.len() > 5, "{one}");
+    for pair in server.windows(2) {
+        assert!(
+            pair[0].start + pair[0].duration + ms(50) <= pair[1].start,
+            "{pair:?}"
+        );
+    }
+    assert!(one
+        .events
+        .iter()
+        .all(|e| e.start + e.duration <= ms(18_000)));
 }
 
 // ---- the proxy, against a real redis-server ----

@@ -1,0 +1,71 @@
+//! What holders believed: per lease, the union of `[at, min(until, its release's invocation)]` over
+//! the beliefs recorded for it, each belief cut where the next one of its lease begins.
+//!
+//! The cut: a belief is what `remaining()` said at `at`; a later call can shorten the lease (an
+//! extend with a shorter TTL, one of unknown outcome that drops `remaining()` to zero), and from the
+//! next belief on the holder relies on the new end, not the old one. Without the cut, a holder that
+//! extended to a shorter TTL would be charged with its old end, and a grant to another client after
+//! the shorter end would count as an overlap that no holder believed in.
+
+use super::exclusion::Span;
+use crate::history::{Belief, Op, OpId, OpKind};
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// The believed spans of every lease, merged where they touch, grouped by key.
+pub(crate) fn believed_spans<'a>(ops: &'a [Op], beliefs: &[Belief]) -> HashMap<&'a str, Vec<Span>> {
+    // A holder stops relying on its lease when it starts to give it back.
+    let mut released: HashMap<OpId, Duration> = HashMap::new();
+    for op in ops {
+        if let (OpKind::Release, Some(l)) = (op.kind, op.lease) {
+            let e = released.entry(l).or_insert(op.invoke);
+            *e = (*e).min(op.invoke);
+        }
+    }
+    let mut per_lease: HashMap<OpId, Vec<(Duration, Duration)>> = HashMap::new();
+    for b in beliefs {
+        if b.lease < ops.len() {
+            per_lease.entry(b.lease).or_default().push((b.at, b.until));
+        }
+    }
+    let mut by_key: HashMap<&str, Vec<Span>> = HashMap::new();
+    for (lease, mut list) in per_lease {
+        list.sort();
+        let stop = released.get(&lease).copied().unwrap_or(Duration::MAX);
+        let pieces: Vec<(Duration, Duration)> = list
+            .iter()
+            .enumerate()
+            .map(|(i, &(at, until))| {
+                let next = list.get(i + 1).map_or(Duration::MAX, |n| n.0);
+                (at, until.min(next).min(stop))
+            })
+            .filter(|(at, end)| end > at)
+            .collect();
+        let acquire = &ops[lease];
+        let mut merged: Vec<(Duration, Duration)> = Vec::new();
+        for (s, e) in pieces {
+            match merged.last_mut() {
+                Some(last) if s <= last.1 => last.1 = last.1.max(e),
+                _ => merged.push((s, e)),
+            }
+        }
+        let spans = by_key.entry(acquire.key.as_str()).or_default();
+        spans.extend(merged.into_iter().map(|(start, end)| Span {
+            start,
+            end,
+            lease,
+            mode: acquire.mode,
+        }));
+    }
+    by_key
+}
+
+/// The beliefs recorded for `lease`, for an example.
+pub(crate) fn describe_beliefs(beliefs: &[Belief], lease: OpId) -> String {
+    let list: Vec<String> = beliefs
+        .iter()
+        .filter(|b| b.lease == lease)
+        .map(|b| format!("at {} until {}", super::ms(b.at), super::ms(b.until)))
+        .collect();
+    list.join(", ")
+}

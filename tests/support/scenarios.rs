@@ -1,0 +1,591 @@
+//! The torture scenarios: for each backend and topology, the servers, the workers' plan (which
+//! lease kinds the backend offers) and the catalogue of faults that apply to it. Shared by the
+//! torture test (tests/torture.rs) and the soak (examples/torture.rs `--backend NAME`).
+//!
+//! Two rules for all:
+//! - A server that loses what it held (restarted without persistence, or a backend whose locks are
+//!   sessions) stays down longer than the longest TTL ([`MAX_TTL`]), the README's advice: no lease
+//!   granted before the loss can still be believed after it.
+//! - A server is stopped for at most the checker's `SERVER_STALL`; a Cluster master for less than
+//!   the node timeout, so a pause never starts a failover, and a failover (a kill) takes longer
+//!   than any TTL, so every lease the lost master knew of has expired before the promoted replica
+//!   grants anything. Exclusion is asserted across failovers for that reason.
+
+#![allow(dead_code)]
+
+use crate::torture::{self, Plan, MAX_TTL};
+use leasehold_testkit::{
+    wait_until, Catalogue, Generator, MariaDbServer, PostgresServer, RedisCluster, RedisSentinel,
+    RedisServer, Schedule, TempDir,
+};
+use std::any::Any;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// How long a server that lost its locks stays down: longer than any lease.
+const DOWN: Duration = Duration::from_millis(MAX_TTL.as_millis() as u64 + 150);
+/// How long a server is stopped at most.
+const PAUSE: Duration = Duration::from_millis(1500);
+/// `cluster-node-timeout` of the Cluster scenario: longer than its pause, so a pause never starts a
+/// failover, and far longer than any TTL.
+const CLUSTER_NODE_TIMEOUT_MS: u64 = 2000;
+/// How long a Cluster master is stopped at most.
+const CLUSTER_PAUSE: Duration = Duration::from_secs(1);
+/// `down-after-milliseconds` of the Sentinel scenario: far longer than any TTL.
+const SENTINEL_DOWN_AFTER_MS: u64 = 1000;
+/// `replicas_timeout_ms` of the scenarios with `replicas=1`.
+const REPLICAS_TIMEOUT: Duration = Duration::from_millis(100);
+/// How long a killed master is given to be replaced before it is restarted anyway (empty, which the
+/// scenario also survives: it stayed down longer than any TTL).
+const FAILOVER_LIMIT: Duration = Duration::from_secs(10);
+
+/// What a scenario sets up: the workers' plan, the faults that apply, and what must live until the
+/// run ends (servers, proxies).
+pub struct Setup {
+    pub plan: Plan,
+    pub catalogue: Catalogue,
+    pub keep: Vec<Box<dyn Any + Send>>,
+}
+
+/// The scenarios by name, for the soak's `--backend`.
+pub const NAMES: [&str; 10] = [
+    "local",
+    "redis",
+    "redis-replicas",
+    "redlock",
+    "redis-cluster",
+    "redis-sentinel",
+    "postgres-advisory",
+    "postgres-table",
+    "mysql-named",
+    "mysql-table",
+];
+
+/// The scenario called `name` (one of [`NAMES`]).
+pub fn by_name(name: &str, seed: u64, duration: Duration) -> Option<Setup> {
+    Some(match name {
+        "local" => local(seed, duration),
+        "redis" => redis(seed, duration),
+        "redis-replicas" => redis_replicas(seed, duration),
+        "redlock" => redlock(seed, duration),
+        "redis-cluster" => redis_cluster(seed, duration),
+        "redis-sentinel" => redis_sentinel(seed, duration),
+        "postgres-advisory" => postgres("advisory", seed, duration),
+        "postgres-table" => postgres("table", seed, duration),
+        "mysql-named" => mysql("named", seed, duration),
+        "mysql-table" => mysql("table", seed, duration),
+        _ => return None,
+    })
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Shares a server between the scenario and its fault closures.
+fn shared<T>(server: T) -> Arc<Mutex<T>> {
+    Arc::new(Mutex::new(server))
+}
+
+/// Local files: holders paused past their TTL and handoffs (the workers' own faults), and what a
+/// tmp cleaner does to a directory nobody listed as precious: it deletes files not modified for a
+/// while (longer than any TTL, so never the record of a held key) and the fence mark, while workers
+/// keep opening new clients (as PHP processes do). No proxy, no server.
+pub fn local(seed: u64, duration: Duration) -> Setup {
+    let dir = TempDir::new("torture-local");
+    let mut plan = Plan::new(&dir.file_url(), duration, seed);
+    plan.reconnect_every = Some(10);
+    let mut catalogue = Catalogue::new();
+    let path = dir.path().to_path_buf();
+    catalogue.add(
+        "tmp cleaner",
+        "dir",
+        Duration::from_secs(2),
+        Duration::ZERO,
+        Duration::ZERO,
+        Duration::ZERO,
+        move |_, _| {
+            let mut deleted = 0;
+            for entry in std::fs::read_dir(&path).into_iter().flatten().flatten() {
+                let idle = entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age > MAX_TTL + Duration::from_millis(100));
+                let mark = entry.file_name() == ".leasehold-fences";
+                if (idle || mark) && std::fs::remove_file(entry.path()).is_ok() {
+                    deleted += 1;
+                }
+            }
+            format!("{deleted} files")
+        },
+    );
+    Setup {
+        plan,
+        catalogue,
+        keep: vec![Box::new(dir)],
+    }
+}
+
+/// A Redis server's faults: SIGSTOP, and kill -9 with a restart empty after [`DOWN`] (the single
+/// server keeps a lease only with AOF, which these servers do not run).
+fn redis_server_faults(catalogue: &mut Catalogue, name: &str, server: &Arc<Mutex<RedisServer>>) {
+    let (s1, s2, s3, s4) = (
+        server.clone(),
+        server.clone(),
+        server.clone(),
+        server.clone(),
+    );
+    catalogue.pause(
+        &format!("SIGSTOP {name}"),
+        name,
+        Duration::from_secs(5),
+        PAUSE,
+        move || lock(&s1).pause(),
+        move || lock(&s2).resume(),
+    );
+    catalogue.kill_restart(
+        &format!("kill -9 {name}, restart empty"),
+        name,
+        Duration::from_secs(7),
+        DOWN,
+        move || lock(&s3).kill(),
+        move || {
+            lock(&s4).restart();
+            String::new()
+        },
+    );
+}
+
+/// One Redis server behind a proxy: every proxy fault, SIGSTOP, kill -9 and restart empty.
+pub fn redis(seed: u64, duration: Duration) -> Setup {
+    let server = shared(RedisServer::start());
+    let (url, proxies) = torture::proxied(&lock(&server).url());
+    let plan = Plan::new(&url, duration, seed);
+    let mut catalogue = Catalogue::new();
+    catalogue.proxy_faults(&proxies, plan.io_timeout, true);
+    redis_server_faults(&mut catalogue, "redis", &server);
+    Setup {
+        plan,
+        catalogue,
+        keep: vec![Box::new(proxies), Box::new(server)],
+    }
+}
+
+/// A Redis master with one replica and `replicas=1` (every grant and extend waits for the replica's
+/// acknowledgement): every proxy fault on the master's connections, the master stopped or killed
+/// and restarted empty, the replica stopped (grants then fail the `WAIT` and must say so).
+pub fn redis_replicas(seed: u64, duration: Duration) -> Setup {
+    let master = shared(RedisServer::start());
+    let port = lock(&master).port();
+    let replica = shared(RedisServer::start_with_args(
+        None,
+        vec!["--replicaof".into(), "127.0.0.1".into(), port.to_string()],
+    ));
+    let synced = wait_until(Duration::from_secs(10), || {
+        lock(&master)
+            .command(&[b"INFO", b"replication"])
+            .contains("state=online")
+    });
+    assert!(synced, "the replica never came online");
+    let (url, proxies) = torture::proxied(&lock(&master).url_with(&format!(
+        "replicas=1&replicas_timeout_ms={}",
+        REPLICAS_TIMEOUT.as_millis()
+    )));
+    let mut plan = Plan::new(&url, duration, seed);
+    plan.write_allowance = REPLICAS_TIMEOUT;
+    let mut catalogue = Catalogue::new();
+    catalogue.proxy_faults(&proxies, plan.io_timeout, true);
+    redis_server_faults(&mut catalogue, "master", &master);
+    let (r1, r2) = (replica.clone(), replica.clone());
+    catalogue.pause(
+        "SIGSTOP replica",
+        "replica",
+        Duration::from_secs(5),
+        PAUSE,
+        move || lock(&r1).pause(),
+        move || lock(&r2).resume(),
+    );
+    Setup {
+        plan,
+        catalogue,
+        keep: vec![Box::new(proxies), Box::new(replica), Box::new(master)],
+    }
+}
+
+/// Redlock over 5 nodes: every proxy fault (on a minority, sometimes on all); a minority stopped;
+/// a node killed and restarted empty after [`DOWN`] (Redlock's delayed restart: a node that comes
+/// back empty while a lease holds a bare majority would hand that lease's key to another majority,
+/// which the README rules out by keeping it away longer than the longest TTL). One node at a time:
+/// two of five down at once would leave a bare majority, and a third fault would leave none.
+pub fn redlock(seed: u64, duration: Duration) -> Setup {
+    let servers: Vec<Arc<Mutex<RedisServer>>> =
+        (0..5).map(|_| shared(RedisServer::start())).collect();
+    let hosts: Vec<String> = servers.iter().map(|s| lock(s).addr()).collect();
+    let (url, proxies) = torture::proxied(&format!("redlock://{}", hosts.join(",")));
+    let plan = Plan::new(&url, duration, seed);
+    let mut catalogue = Catalogue::new();
+    catalogue.proxy_faults(&proxies, plan.io_timeout, true);
+    let (pa, pb) = (servers.clone(), servers.clone());
+    let chosen = Arc::new(Mutex::new(Vec::<usize>::new()));
+    let (c1, c2) = (chosen.clone(), chosen.clone());
+    let turn = Arc::new(std::sync::atomic::AtomicUsize::new(seed as usize));
+    let t1 = turn.clone();
+    catalogue.pause(
+        "SIGSTOP a minority of nodes",
+        "nodes",
+        Duration::from_secs(4),
+        Duration::from_secs(1),
+        move || {
+            let first = t1.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 5;
+            let minority = vec![first, (first + 2) % 5];
+            for &i in &minority {
+                lock(&pa[i]).pause();
+            }
+            *lock(&c1) = minority;
+        },
+        move || {
+            for &i in lock(&c2).iter() {
+                lock(&pb[i]).resume();
+            }
+        },
+    );
+    let (ka, kb) = (servers.clone(), servers.clone());
+    let killed = Arc::new(Mutex::new(0usize));
+    let (k1, k2) = (killed.clone(), killed.clone());
+    let t2 = turn.clone();
+    catalogue.kill_restart(
+        "kill -9 a node, restart empty",
+        "nodes",
+        Duration::from_secs(4),
+        DOWN,
+        move || {
+            let i = t2.fetch_add(3, std::sync::atomic::Ordering::Relaxed) % 5;
+            lock(&ka[i]).kill();
+            *lock(&k1) = i;
+        },
+        move || {
+            let i = *lock(&k2);
+            lock(&kb[i]).restart();
+            format!("node {i}")
+        },
+    );
+    Setup {
+        plan,
+        catalogue,
+        keep: vec![Box::new(proxies), Box::new(servers)],
+    }
+}
+
+/// The Cluster master serving the torture key `k` (see tests/support/torture.rs's key names).
+fn torture_master(cluster: &RedisCluster, k: usize) -> Option<u16> {
+    let key = leasehold::Key::new(format!("torture:{k}")).expect("a key");
+    let slot = leasehold_redis::keys::RedisKeys::new("leasehold:", &key).slot();
+    cluster.master_of(slot)
+}
+
+/// Redis Cluster (3 masters, 3 replicas): the master of a torture key stopped for less than the
+/// node timeout; the master of a torture key killed, its replica promoted, the killed node
+/// restarted empty (it rejoins as its successor's replica). No proxies: `CLUSTER SLOTS` announces
+/// the nodes' real ports, so clients would go around them.
+pub fn redis_cluster(seed: u64, duration: Duration) -> Setup {
+    let cluster = shared(RedisCluster::start(3, CLUSTER_NODE_TIMEOUT_MS));
+    let plan = Plan::new(&lock(&cluster).url(), duration, seed);
+    let keys = plan.keys;
+    let mut catalogue = Catalogue::new();
+    let (c1, c2, c3) = (cluster.clone(), cluster.clone(), cluster.clone());
+    let paused = Arc::new(Mutex::new(None::<u16>));
+    let (p1, p2) = (paused.clone(), paused.clone());
+    let key_of = Arc::new(Mutex::new(fastrand::Rng::with_seed(seed)));
+    let (r1, r2) = (key_of.clone(), key_of.clone());
+    catalogue.pause(
+        "SIGSTOP a master",
+        "cluster",
+        Duration::from_secs(5),
+        CLUSTER_PAUSE,
+        move || {
+            let k = lock(&r1).usize(..keys);
+            let c = lock(&c1);
+            if let Some(port) = torture_master(&c, k) {
+                c.node(port).pause();
+                *lock(&p1) = Some(port);
+            }
+        },
+        move || {
+            if let Some(port) = lock(&p2).take() {
+                lock(&c2).node(port).resume();
+            }
+        },
+    );
+    catalogue.add(
+        "kill -9 a master, fail over, restart it empty",
+        "cluster",
+        Duration::from_secs(7),
+        Duration::ZERO,
+        Duration::ZERO,
+        Duration::from_secs(2),
+        move |_, _| {
+            // A master with a synced replica (the one killed last time may still be syncing
+            // its successor's data; killing that one would leave its slots without a master).
+            let mut candidates: Vec<usize> = (0..keys).collect();
+            lock(&r2).shuffle(&mut candidates);
+            let mut c = lock(&c3);
+            let victim = candidates.into_iter().find_map(|k| {
+                let port = torture_master(&c, k)?;
+                let synced = c
+                    .node(port)
+                    .command(&[b"INFO", b"replication"])
+                    .contains("state=online");
+                synced.then_some((k, port))
+            });
+            let Some((k, port)) = victim else {
+                return "no master with a synced replica".into();
+            };
+            c.node_mut(port).kill();
+            let killed = Instant::now();
+            let replaced = wait_until(FAILOVER_LIMIT, || {
+                torture_master(&c, k).is_some_and(|p| p != port)
+            });
+            let took = killed.elapsed();
+            // nodes.conf survives the restart: the node rejoins, learns it was replaced, and
+            // becomes its successor's replica.
+            c.node_mut(port).restart();
+            format!("port {port}, replaced: {replaced} after {took:?}")
+        },
+    );
+    Setup {
+        plan,
+        catalogue,
+        keep: vec![Box::new(cluster)],
+    }
+}
+
+/// Redis Sentinel (a master, 2 replicas, 3 Sentinels; `replicas=1`, as the README recommends
+/// there): the master killed, the Sentinels fail over, the old master restarted empty (the Sentinels
+/// make it a replica). No proxies, for the same reason as Cluster.
+pub fn redis_sentinel(seed: u64, duration: Duration) -> Setup {
+    let group = shared(RedisSentinel::start(2, 3, SENTINEL_DOWN_AFTER_MS));
+    let url = lock(&group).url_with(&format!(
+        "replicas=1&replicas_timeout_ms={}",
+        REPLICAS_TIMEOUT.as_millis()
+    ));
+    let mut plan = Plan::new(&url, duration, seed);
+    plan.write_allowance = REPLICAS_TIMEOUT;
+    let mut catalogue = Catalogue::new();
+    let g = group.clone();
+    catalogue.add(
+        "Sentinel failover (kill -9 the master, restart it empty)",
+        "sentinel",
+        Duration::from_secs(7),
+        Duration::ZERO,
+        Duration::ZERO,
+        Duration::from_secs(2),
+        move |_, _| {
+            let mut g = lock(&g);
+            let Some(master) = g.master_port() else {
+                return "no master known".into();
+            };
+            g.server_mut(master).kill();
+            let killed = Instant::now();
+            let replaced = wait_until(FAILOVER_LIMIT, || {
+                g.master_port().is_some_and(|p| p != master)
+            });
+            let took = killed.elapsed();
+            g.server_mut(master).restart();
+            format!("port {master}, replaced: {replaced} after {took:?}")
+        },
+    );
+    Setup {
+        plan,
+        catalogue,
+        keep: vec![Box::new(group)],
+    }
+}
+
+/// Ends every client session on the server but the admin's own (`pg_terminate_backend`).
+fn terminate_postgres_sessions(admin_url: &str) -> String {
+    let Ok(mut c) = postgres::Client::connect(admin_url, postgres::NoTls) else {
+        return "admin connection failed".into();
+    };
+    let sql = "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+               WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'";
+    match c.query_one(sql, &[]) {
+        Ok(row) => format!("{} sessions", row.get::<_, i64>(0)),
+        Err(e) => format!("failed: {e}"),
+    }
+}
+
+/// PostgreSQL, advisory or table: proxy faults (advisory: no resets, which end the session that is
+/// the lock, as documented); the server stopped (all its processes); kill (immediate shutdown, a
+/// crash) and restart with its data after [`DOWN`] (advisory locks die with the sessions; table
+/// rows survive). Table mode also: every client session terminated (`pg_terminate_backend`), which
+/// costs a table lease nothing, and handoffs by token (advisory cannot restore).
+pub fn postgres(mode: &str, seed: u64, duration: Duration) -> Setup {
+    let server = shared(PostgresServer::start());
+    let admin = lock(&server).url();
+    let (url, proxies) = torture::proxied(&lock(&server).url_with(&format!("lock={mode}")));
+    let mut plan = Plan::new(&url, duration, seed);
+    let table = mode == "table";
+    if !table {
+        plan.handoff_chance = 0.0;
+    }
+    let mut catalogue = Catalogue::new();
+    catalogue.proxy_faults(&proxies, plan.io_timeout, table);
+    let (s1, s2, s3, s4) = (
+        server.clone(),
+        server.clone(),
+        server.clone(),
+        server.clone(),
+    );
+    catalogue.pause(
+        "SIGSTOP postgres",
+        "server",
+        Duration::from_secs(5),
+        PAUSE,
+        move || lock(&s1).pause(),
+        move || lock(&s2).resume(),
+    );
+    catalogue.kill_restart(
+        "crash postgres, restart with data",
+        "server",
+        Duration::from_secs(8),
+        DOWN,
+        move || lock(&s3).kill(),
+        move || {
+            lock(&s4).start_again();
+            String::new()
+        },
+    );
+    if table {
+        catalogue.add(
+            "pg_terminate_backend of every client session",
+            "server",
+            Duration::from_secs(3),
+            Duration::ZERO,
+            Duration::ZERO,
+            Duration::ZERO,
+            move |_, _| terminate_postgres_sessions(&admin),
+        );
+    }
+    Setup {
+        plan,
+        catalogue,
+        keep: vec![Box::new(proxies), Box::new(server)],
+    }
+}
+
+/// Ends every session of the workers' account but the admin's own (`KILL CONNECTION`).
+fn kill_mariadb_sessions(admin_url: &str) -> String {
+    use mysql::prelude::Queryable;
+    let Ok(opts) = mysql::Opts::from_url(admin_url) else {
+        return "bad admin URL".into();
+    };
+    let Ok(mut c) = mysql::Conn::new(opts) else {
+        return "admin connection failed".into();
+    };
+    let ids: Vec<u64> = c
+        .query(
+            "SELECT ID FROM information_schema.PROCESSLIST \
+             WHERE USER = CURRENT_USER() OR USER = SUBSTRING_INDEX(USER(), '@', 1)",
+        )
+        .unwrap_or_default();
+    let me: u64 = c
+        .query_first("SELECT CONNECTION_ID()")
+        .ok()
+        .flatten()
+        .unwrap_or(0);
+    let mut n = 0;
+    for id in ids.into_iter().filter(|&i| i != me) {
+        if c.query_drop(format!("KILL CONNECTION {id}")).is_ok() {
+            n += 1;
+        }
+    }
+    format!("{n} sessions")
+}
+
+/// MariaDB, named or table: proxy faults (named: no resets, which end the session that holds the
+/// lock, as documented); the server stopped; kill -9 and restart with its data after [`DOWN`]
+/// (named locks die with the sessions; rows survive). Named mode offers no shared locks and no
+/// restore. Table mode also: every worker session killed (`KILL CONNECTION`), which costs a table
+/// lease nothing, and handoffs by token.
+pub fn mysql(mode: &str, seed: u64, duration: Duration) -> Setup {
+    let server = shared(MariaDbServer::start());
+    let admin = lock(&server).url();
+    let (url, proxies) = torture::proxied(&lock(&server).url_with(&format!("lock={mode}")));
+    let mut plan = Plan::new(&url, duration, seed);
+    let table = mode == "table";
+    if !table {
+        plan.shared = false;
+        plan.handoff_chance = 0.0;
+    }
+    let mut catalogue = Catalogue::new();
+    catalogue.proxy_faults(&proxies, plan.io_timeout, table);
+    let (s1, s2, s3, s4) = (
+        server.clone(),
+        server.clone(),
+        server.clone(),
+        server.clone(),
+    );
+    catalogue.pause(
+        "SIGSTOP mariadb",
+        "server",
+        Duration::from_secs(5),
+        PAUSE,
+        move || lock(&s1).pause(),
+        move || lock(&s2).resume(),
+    );
+    catalogue.kill_restart(
+        "kill -9 mariadb, restart with data",
+        "server",
+        Duration::from_secs(9),
+        DOWN,
+        move || lock(&s3).kill(),
+        move || {
+            lock(&s4).start_again();
+            String::new()
+        },
+    );
+    if table {
+        catalogue.add(
+            "KILL CONNECTION of every worker session",
+            "server",
+            Duration::from_secs(3),
+            Duration::ZERO,
+            Duration::ZERO,
+            Duration::ZERO,
+            move |_, _| kill_mariadb_sessions(&admin),
+        );
+    }
+    Setup {
+        plan,
+        catalogue,
+        keep: vec![Box::new(proxies), Box::new(server)],
+    }
+}
+
+/// The end of a run without faults: the last leases are judged on a healed system.
+const TAIL: Duration = Duration::from_secs(2);
+
+/// Draws the schedule from the seed, runs the workers and the faults for the plan's duration, and
+/// checks what the workers did.
+pub fn run(name: &str, setup: Setup, seed: u64) -> leasehold_testkit::Report {
+    let Setup {
+        plan,
+        catalogue,
+        keep,
+    } = setup;
+    let schedule = Schedule::draw(&catalogue, seed, plan.duration, TAIL);
+    eprintln!("{name}: seed={seed}: {schedule}");
+    let run = torture::start(&plan);
+    let generator = Generator::start(&catalogue, &schedule);
+    std::thread::sleep(plan.duration);
+    let log = generator.finish();
+    eprintln!("{name}: {} faults applied:", log.len());
+    for line in &log {
+        eprintln!("  {line}");
+    }
+    let report = run.finish(Duration::from_secs(3));
+    drop(keep);
+    report
+}
