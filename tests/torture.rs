@@ -107,12 +107,7 @@ fn torture_redis_cluster() {
     );
 }
 
-// Red in 3 runs of 4 (seeds 7581033991578756987 twice, 7327908075887730418; 0 of 2 with shared
-// leases off, same seed). Shared acquires on Redis send no `WAIT` for `replicas=N`, so after a
-// failover a client still pointed at the restarted old master (a master by its own configuration
-// until the Sentinels demote it) is, it seems, granted a read lease beside the new master's writer.
 #[test]
-#[ignore = "believed-overlap: Redis shared acquire ignores replicas=1, so a stale master grants a read lease beside the writer after a failover; seed 7581033991578756987"]
 fn torture_redis_sentinel() {
     generated(
         "redis sentinel",
