@@ -117,7 +117,7 @@ fn cargo_metadata(no_deps: bool) -> serde_json::Value {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut command = Command::new(cargo);
     command
-        .args(["metadata", "--format-version", "1", "--locked", "--offline"])
+        .args(["metadata", "--format-version", "1", "--locked"])
         .current_dir(root());
     if no_deps {
         command.arg("--no-deps");
