@@ -254,11 +254,12 @@ impl Table {
                 )
             }
         };
-        let answers = self.run(pools, deadline, &sql, "releasing")?;
+        let (answers, resent) = self.run_retried(pools, deadline, &sql, "releasing")?;
         self.sweep(pools, deadline);
-        // Nobody else can have taken the key while the lease was valid: a row no longer live before
-        // then was given back by this release's own earlier try, whose reply was lost.
-        if answers[counted].affected == 1 || !lease.remaining().is_zero() {
+        // Sent again after a session broke under it: nobody else can have taken the key while the
+        // lease was valid, so a row no longer live then was given back by the earlier try, whose
+        // reply was lost.
+        if answers[counted].affected == 1 || (resent && !lease.remaining().is_zero()) {
             lease.expire();
             Ok(())
         } else {
@@ -474,10 +475,29 @@ impl Table {
     /// `sql` on a pooled session; a failure is `Unavailable`. A batch that InnoDB rolled back to
     /// break a deadlock with another caller is run again while time is left (it changed nothing).
     fn run(&self, pools: &Pools, deadline: Deadline, sql: &str, what: &str) -> Result<Answers> {
+        self.run_retried(pools, deadline, sql, what)
+            .map(|(answers, _)| answers)
+    }
+
+    /// [`Self::run`], also saying whether `sql` was sent again on a new session after a session
+    /// broke under it: the earlier try may then have committed before its reply was lost.
+    fn run_retried(
+        &self,
+        pools: &Pools,
+        deadline: Deadline,
+        sql: &str,
+        what: &str,
+    ) -> Result<(Answers, bool)> {
+        let mut resent = false;
         loop {
-            let (_conn, outcome) = with_session(pools, deadline, |s| s.batch(sql, deadline))?;
+            let mut tries = 0;
+            let (_conn, outcome) = with_session(pools, deadline, |s| {
+                tries += 1;
+                s.batch(sql, deadline)
+            })?;
+            resent |= tries > 1;
             match outcome {
-                Ok(answers) => return Ok(answers),
+                Ok(answers) => return Ok((answers, resent)),
                 Err(e) if e.is_contention() && !deadline.is_past() => {
                     // A few ms of jitter, so callers that deadlocked together do not meet again.
                     std::thread::sleep(Duration::from_millis(fastrand::u64(1..=5)));

@@ -302,15 +302,22 @@ impl Table {
             lease.token().as_str()
         );
         let deadline = pools.call();
-        let (mut conn, rows) = call_rows(pools, deadline, &self.bounded(&sql), "release")?;
+        let sql = self.bounded(&sql);
+        let mut tries = 0;
+        let (mut conn, result) = with_session(pools, deadline, |s| {
+            tries += 1;
+            s.rows(&sql, deadline)
+        })?;
+        let rows = result.map_err(|e| pools.failed("release", &e))?;
         let outcome = match last_value(&rows, 0) {
             Some("t") => Ok(()),
             Some(_) => Err(Error::Lost(
                 "the lease had expired (its row is now removed)".into(),
             )),
-            // Nobody else can have taken the key while the lease was valid: a row gone before
-            // then was removed by this release's own earlier try, whose reply was lost.
-            None if !lease.remaining().is_zero() => Ok(()),
+            // Sent again after a session broke under it: nobody else can have taken the key while
+            // the lease was valid, so a row gone then was removed by the earlier try, whose reply
+            // was lost.
+            None if tries > 1 && !lease.remaining().is_zero() => Ok(()),
             None => Err(Error::Lost(
                 "the key no longer holds this lease's token (expired and taken, or released)"
                     .into(),
