@@ -336,7 +336,9 @@ enum leasehold_status leasehold_force_release(const struct leasehold_client *cli
  * `LEASEHOLD_LOST` if the key is not ours any more (expired or taken over; the current holder
  * keeps it); `LEASEHOLD_INVALID_ARGUMENT` for NULL, for a lease already released ("already
  * released") and in a fork() child for a lease the parent took. After `LEASEHOLD_UNAVAILABLE`
- * the lease is still held and the release may be retried.
+ * the release may or may not have run, so the lease is over for its holder (remaining 0, extend
+ * gives `LEASEHOLD_LOST`); the release may be retried to free the key before its TTL, and a retry
+ * that finds the key gone while the lease would still have been valid gives `LEASEHOLD_OK`.
  *
  * # Safety
  * `lease` is NULL or a live lease not used by another thread during the call.
@@ -348,6 +350,9 @@ enum leasehold_status leasehold_lease_release(struct leasehold_lease *lease);
  *
  * `LEASEHOLD_LOST` if the key is not ours any more; `LEASEHOLD_INVALID_ARGUMENT` for NULL, a
  * `ttl_ms` out of range, a released lease, or in a fork() child for a lease the parent took.
+ * After `LEASEHOLD_UNAVAILABLE` the extend may or may not have run: the remaining time is 0 until
+ * a later extend succeeds, and that one counts from its own send with the shorter of the two TTLs
+ * (the unanswered extend may still run after it).
  *
  * # Safety
  * `lease` is NULL or a live lease not used by another thread during the call.
