@@ -147,7 +147,8 @@ final class Lock implements LockInterface
         }
         $error = $this->client->library()->error($status, 'cannot release the lease');
         $this->report($status, $error, 'release', $fence, $remainingMs);
-        // After Unavailable (or an internal error) the library still holds the lease, so a retry can release it.
+        // After Unavailable (or an internal error) the release may still run: the lease is over for its holder
+        // (isAcquired() is false, extend() is refused), but the handle stays so a retry can free the key early.
         if ($status !== Library::UNAVAILABLE && $status !== Library::INTERNAL) {
             $this->forget();
         }

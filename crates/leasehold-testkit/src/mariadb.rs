@@ -68,9 +68,15 @@ impl MariaDbServer {
         remove_stale_dirs(&base);
         let dir = TempDir::new_in(&base, "mariadb");
         let data = dir.path().join("data");
+        // Each server its own temporary directory: in the shared /tmp, a bootstrap running beside
+        // other tests had its temporary table's file removed under it ("Error on delete of
+        // '/tmp/#sql-temptable-…'") and failed.
+        let tmp = dir.path().join("tmp");
+        std::fs::create_dir_all(&tmp).expect("create the server's tmpdir");
         let out = Command::new(tool("mariadb-install-db"))
             .arg("--no-defaults")
             .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--tmpdir={}", tmp.display()))
             .args(user_args())
             .args([
                 "--auth-root-authentication-method=normal",
@@ -129,6 +135,7 @@ impl MariaDbServer {
         let mut cmd = Command::new(server_binary());
         cmd.arg("--no-defaults")
             .arg(format!("--datadir={}", dir.join("data").display()))
+            .arg(format!("--tmpdir={}", dir.join("tmp").display()))
             .arg(format!("--socket={}", dir.join("mariadb.sock").display()))
             .arg(format!("--pid-file={}", dir.join("mariadb.pid").display()))
             .arg(format!("--init-file={}", dir.join("init.sql").display()))
