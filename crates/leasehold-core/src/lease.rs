@@ -118,6 +118,10 @@ impl LeaseCell {
         // Dated before anything is sent, on the clock that counts a suspended host: whatever the
         // backend does inside the call (retries, a reconnect), the key is only proven ours from here.
         let sent = BootTime::now();
+        // Once sent, a shorter extend may run at any moment and end the key sooner than the lease
+        // said: it is relied on only until the shorter end while the call is in flight.
+        state.raw.cap_from(ttl, sent);
+        self.publish(state);
         let start = Instant::now();
         let result = self.backend.extend(&mut state.raw, ttl);
         self.stats.round_trip(start.elapsed());

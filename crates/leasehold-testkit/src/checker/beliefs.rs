@@ -7,6 +7,7 @@
 //! extended to a shorter TTL would be charged with its old end, and a grant to another client after
 //! the shorter end would count as an overlap that no holder believed in.
 
+use super::allowance::drift;
 use super::exclusion::Span;
 use crate::history::{Belief, Op, OpId, OpKind};
 use std::collections::HashMap;
@@ -16,10 +17,20 @@ use std::time::Duration;
 pub(crate) fn believed_spans<'a>(ops: &'a [Op], beliefs: &[Belief]) -> HashMap<&'a str, Vec<Span>> {
     // A holder stops relying on its lease when it starts to give it back.
     let mut released: HashMap<OpId, Duration> = HashMap::new();
+    // An extend in flight may already have run: from its send the lease can be relied on only until
+    // its own TTL from then (the client shortens `remaining()` when it sends a shorter extend).
+    let mut extends: HashMap<OpId, Vec<(Duration, Duration)>> = HashMap::new();
     for op in ops {
-        if let (OpKind::Release, Some(l)) = (op.kind, op.lease) {
-            let e = released.entry(l).or_insert(op.invoke);
-            *e = (*e).min(op.invoke);
+        match (op.kind, op.lease) {
+            (OpKind::Release, Some(l)) => {
+                let e = released.entry(l).or_insert(op.invoke);
+                *e = (*e).min(op.invoke);
+            }
+            (OpKind::Extend, Some(l)) => {
+                let ends = op.invoke + op.ttl.saturating_sub(drift(op.ttl));
+                extends.entry(l).or_default().push((op.invoke, ends));
+            }
+            _ => {}
         }
     }
     let mut per_lease: HashMap<OpId, Vec<(Duration, Duration)>> = HashMap::new();
@@ -37,7 +48,15 @@ pub(crate) fn believed_spans<'a>(ops: &'a [Op], beliefs: &[Belief]) -> HashMap<&
             .enumerate()
             .map(|(i, &(at, until))| {
                 let next = list.get(i + 1).map_or(Duration::MAX, |n| n.0);
-                (at, until.min(next).min(stop))
+                let sent_meanwhile = extends
+                    .get(&lease)
+                    .into_iter()
+                    .flatten()
+                    .filter(|(sent, _)| *sent >= at && *sent < next)
+                    .map(|(_, ends)| *ends)
+                    .min()
+                    .unwrap_or(Duration::MAX);
+                (at, until.min(next).min(stop).min(sent_meanwhile))
             })
             .filter(|(at, end)| end > at)
             .collect();
