@@ -286,8 +286,8 @@ enum leasehold_status leasehold_force_release(const struct leasehold_client *cli
  * keeps it); `LEASEHOLD_INVALID_ARGUMENT` for NULL, for a lease already released ("already
  * released") and in a fork() child for a lease the parent took. After `LEASEHOLD_UNAVAILABLE`
  * the release may or may not have run, so the lease is over for its holder (remaining 0, extend
- * gives `LEASEHOLD_LOST`); the release may be retried to free the key before its TTL, and a retry
- * that finds the key gone while the lease would still have been valid gives `LEASEHOLD_OK`.
+ * gives `LEASEHOLD_LOST`); the release may be retried to free the key before its TTL (a retry
+ * that finds the key already gone gives `LEASEHOLD_LOST`).
  *
  * # Safety
  * `lease` is NULL or a live lease not used by another thread during the call.

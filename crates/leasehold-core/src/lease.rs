@@ -64,9 +64,8 @@ struct LeaseState {
     /// bounds how late a request held in the network may arrive.
     unknown_extend: Option<Ttl>,
     /// Set when a release's outcome is unknown: the lease is over for its holder (the release may
-    /// run later), and this is the deadline it had before. A retried release that then finds the
-    /// key not ours while the lease would still have been valid learns that the first one ran.
-    ending: Option<BootTime>,
+    /// run later). A retried release is still allowed, to free the key before its TTL.
+    ending: bool,
 }
 
 /// Why an extend after a release of unknown outcome is refused: the release may still reach the
@@ -112,7 +111,7 @@ impl LeaseCell {
     }
 
     fn extend_locked(&self, state: &mut LeaseState, ttl: Ttl, what: &str) -> Result<()> {
-        if state.ending.is_some() {
+        if state.ending {
             return Err(Error::Lost(ENDED_BY_RELEASE.into()));
         }
         // Dated before anything is sent, on the clock that counts a suspended host: whatever the
@@ -155,7 +154,7 @@ impl Renew for LeaseCell {
     /// One keep-alive renewal, run by the shared thread.
     fn renew(&self) -> Next {
         let mut state = self.lock();
-        if state.released || !state.keep_alive || state.ending.is_some() {
+        if state.released || !state.keep_alive || state.ending {
             state.renewing = false;
             return Next::Stop;
         }
@@ -218,7 +217,7 @@ impl Lease {
                 keep_alive_error: None,
                 loss_noted: false,
                 unknown_extend: None,
-                ending: None,
+                ending: false,
             }),
         };
         cell.publish(&cell.lock());
@@ -291,7 +290,7 @@ impl Lease {
         if state.released {
             return Err(Error::invalid("lease already released"));
         }
-        if enabled && state.ending.is_some() {
+        if enabled && state.ending {
             return Err(Error::Lost(ENDED_BY_RELEASE.into()));
         }
         state.keep_alive = enabled;
@@ -342,8 +341,8 @@ impl Lease {
     ///
     /// After `Unavailable` the release may or may not have run, so the lease is over for its holder:
     /// `remaining()` is zero, keep-alive stops and `extend` gives `Lost`. The release may be tried
-    /// again, to free the key before its TTL; a retry that finds the key no longer ours while the
-    /// lease would still have been valid answers `Ok` (only the first release can have removed it).
+    /// again, to free the key before its TTL; a retry that finds the key gone says `Lost` (the first
+    /// release may have run, or a session the backend closed may have freed it).
     pub fn release_in_place(&mut self) -> Result<()> {
         self.check_owner()?;
         let cell = &self.cell;
@@ -351,17 +350,9 @@ impl Lease {
         if state.released {
             return Err(Error::invalid("lease already released"));
         }
-        let valid_until = state.ending.unwrap_or(state.raw.boot_deadline());
         let start = Instant::now();
-        let mut result = cell.backend.release(&mut state.raw);
+        let result = cell.backend.release(&mut state.raw);
         cell.stats.round_trip(start.elapsed());
-        if state.ending.is_some()
-            && matches!(result, Err(Error::Lost(_)))
-            && BootTime::now() < valid_until
-        {
-            // Until `valid_until` nobody else could have taken the key: the earlier release ran.
-            result = Ok(());
-        }
         match &result {
             Ok(()) => {
                 cell.stats.count(Event::ReleaseOk);
@@ -378,7 +369,7 @@ impl Lease {
         state.keep_alive = false;
         state.raw.expire();
         if matches!(result, Err(Error::Unavailable(_)) | Err(Error::Internal(_))) {
-            state.ending = Some(valid_until);
+            state.ending = true;
         } else {
             state.released = true;
         }

@@ -137,12 +137,12 @@ fn a_late_shorter_extend_caps_what_a_later_extend_proves() {
 }
 
 #[test]
-fn a_release_of_unknown_outcome_ends_the_lease_and_a_retry_learns_it_ran() {
+fn a_release_of_unknown_outcome_ends_the_lease_and_may_be_retried() {
     let _clock = shared_clock();
     let client = Client::new(
         Scripted::default()
             .then(timed_out)
-            // The retry finds the key gone: only the first release can have removed it.
+            // The retry finds the key gone (the first release ran, or the key expired).
             .then(gone),
     );
     let mut lease = client.try_acquire("k", 30 * SECOND).unwrap();
@@ -156,22 +156,8 @@ fn a_release_of_unknown_outcome_ends_the_lease_and_a_retry_learns_it_ran() {
         "an extend after a release that may still run: {err:?}"
     );
     assert!(matches!(lease.keep_alive(true), Err(Error::Lost(_))));
-    lease.release_in_place().unwrap();
+    assert!(matches!(lease.release_in_place(), Err(Error::Lost(_))));
     assert!(lease.is_released());
-}
-
-#[test]
-fn a_retried_release_after_the_lease_ran_out_stays_lost() {
-    let _clock = shared_clock();
-    let client = Client::new(Scripted::default().then(timed_out).then(gone));
-    let mut lease = client.try_acquire("k", Duration::from_millis(40)).unwrap();
-    let _ = lease.release_in_place();
-    std::thread::sleep(Duration::from_millis(60));
-    let err = lease.release_in_place().unwrap_err();
-    assert!(
-        matches!(err, Error::Lost(_)),
-        "the key may have expired and changed hands: {err:?}"
-    );
 }
 
 #[test]

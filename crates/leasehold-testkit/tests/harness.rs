@@ -265,6 +265,31 @@ fn beliefs_end_at_the_release_and_at_the_next_belief() {
     assert!(r.is_clean(), "{r}");
 }
 
+/// An extend with a shorter TTL may run as soon as it is sent: while it is in flight, its holder
+/// relies on the lease only until that TTL from the send (the client shortens `remaining()` when it
+/// sends it), so a grant to another client after that is no overlap; before it, it is.
+#[test]
+fn an_extend_in_flight_ends_the_belief_at_its_own_ttl() {
+    let history = |granted_at: u64| {
+        vec![
+            acq(0, 100, 0, Some(1), Outcome::Ok).with_fence(1),
+            Op::extend(0, "k", 0, ms(20), BOUND).at(10, Some(500), Outcome::Unknown),
+            acq(1, 100, granted_at, Some(granted_at + 1), Outcome::Ok).with_fence(2),
+        ]
+    };
+    let beliefs = |granted_at: u64| [(0, 1, 98), (2, granted_at + 1, granted_at + 90)];
+    let after = check(
+        &Snapshot::of(history(40)).with_beliefs(&beliefs(40)),
+        &CheckConfig::default(),
+    );
+    assert_eq!(after.believed_overlaps.count, 0, "{after}");
+    let before = check(
+        &Snapshot::of(history(20)).with_beliefs(&beliefs(20)),
+        &CheckConfig::default(),
+    );
+    assert_eq!(before.believed_overlaps.count, 1, "{before}");
+}
+
 /// Readers may overlap one another, never a writer; in both checks.
 #[test]
 fn shared_leases_overlap_each_other_but_not_an_exclusive_one() {
