@@ -628,7 +628,11 @@ abstract class LockContractTestCase extends LeaseholdTestCase
         self::assertSame(1.002, $client->createLock('k', 1.0011)->ttl());
         self::assertSame(30.0, $client->createLock('k', 30)->ttl());
         self::assertTrue($lock->tryAcquire());
-        $lock->release();
+        try {
+            $lock->release();
+        } catch (\Leasehold\Exception\LockLostException) {
+            // A 1 ms lease may be over before its release arrives: a documented outcome.
+        }
     }
 
     public function testTheLargestWaitIsAcceptedAndALargerOneRefused(): void
