@@ -432,30 +432,11 @@ pub fn postgres(mode: &str, seed: u64, duration: Duration) -> Setup {
     }
     let mut catalogue = Catalogue::new();
     catalogue.proxy_faults(&proxies, plan.io_timeout, table);
-    let (s1, s2, s3, s4) = (
-        server.clone(),
-        server.clone(),
-        server.clone(),
-        server.clone(),
-    );
-    catalogue.pause(
-        "SIGSTOP postgres",
-        "server",
-        Duration::from_secs(5),
-        PAUSE,
-        move || lock(&s1).pause(),
-        move || lock(&s2).resume(),
-    );
-    catalogue.kill_restart(
-        "crash postgres, restart with data",
-        "server",
+    database_faults(
+        &mut catalogue,
+        &server,
+        ("SIGSTOP postgres", "crash postgres, restart with data"),
         Duration::from_secs(8),
-        DOWN,
-        move || lock(&s3).kill(),
-        move || {
-            lock(&s4).start_again();
-            String::new()
-        },
     );
     if table {
         catalogue.add(
@@ -521,30 +502,11 @@ pub fn mysql(mode: &str, seed: u64, duration: Duration) -> Setup {
     }
     let mut catalogue = Catalogue::new();
     catalogue.proxy_faults(&proxies, plan.io_timeout, table);
-    let (s1, s2, s3, s4) = (
-        server.clone(),
-        server.clone(),
-        server.clone(),
-        server.clone(),
-    );
-    catalogue.pause(
-        "SIGSTOP mariadb",
-        "server",
-        Duration::from_secs(5),
-        PAUSE,
-        move || lock(&s1).pause(),
-        move || lock(&s2).resume(),
-    );
-    catalogue.kill_restart(
-        "kill -9 mariadb, restart with data",
-        "server",
+    database_faults(
+        &mut catalogue,
+        &server,
+        ("SIGSTOP mariadb", "kill -9 mariadb, restart with data"),
         Duration::from_secs(9),
-        DOWN,
-        move || lock(&s3).kill(),
-        move || {
-            lock(&s4).start_again();
-            String::new()
-        },
     );
     if table {
         catalogue.add(
@@ -562,6 +524,80 @@ pub fn mysql(mode: &str, seed: u64, duration: Duration) -> Setup {
         catalogue,
         keep: vec![Box::new(proxies), Box::new(server)],
     }
+}
+
+/// A database server the test kit runs: it can be stopped and woken, killed and started again on
+/// its data.
+trait DatabaseServer: Send + 'static {
+    fn pause(&self);
+    fn resume(&self);
+    fn kill(&mut self);
+    fn start_again(&mut self);
+}
+
+impl DatabaseServer for PostgresServer {
+    fn pause(&self) {
+        PostgresServer::pause(self)
+    }
+    fn resume(&self) {
+        PostgresServer::resume(self)
+    }
+    fn kill(&mut self) {
+        PostgresServer::kill(self)
+    }
+    fn start_again(&mut self) {
+        PostgresServer::start_again(self)
+    }
+}
+
+impl DatabaseServer for MariaDbServer {
+    fn pause(&self) {
+        MariaDbServer::pause(self)
+    }
+    fn resume(&self) {
+        MariaDbServer::resume(self)
+    }
+    fn kill(&mut self) {
+        MariaDbServer::kill(self)
+    }
+    fn start_again(&mut self) {
+        MariaDbServer::start_again(self)
+    }
+}
+
+/// The server faults both SQL backends get: SIGSTOP every 5 s, and a crash with a restart on the
+/// same data every `kill_every`.
+fn database_faults<S: DatabaseServer>(
+    catalogue: &mut Catalogue,
+    server: &Arc<Mutex<S>>,
+    (pause_name, kill_name): (&str, &str),
+    kill_every: Duration,
+) {
+    let (s1, s2, s3, s4) = (
+        server.clone(),
+        server.clone(),
+        server.clone(),
+        server.clone(),
+    );
+    catalogue.pause(
+        pause_name,
+        "server",
+        Duration::from_secs(5),
+        PAUSE,
+        move || lock(&s1).pause(),
+        move || lock(&s2).resume(),
+    );
+    catalogue.kill_restart(
+        kill_name,
+        "server",
+        kill_every,
+        DOWN,
+        move || lock(&s3).kill(),
+        move || {
+            lock(&s4).start_again();
+            String::new()
+        },
+    );
 }
 
 /// The end of a run without faults: the last leases are judged on a healed system.
