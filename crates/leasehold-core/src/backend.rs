@@ -6,6 +6,7 @@ use crate::kind::LeaseKind;
 use crate::raw_lease::RawLease;
 use crate::token::Token;
 use crate::ttl::Ttl;
+use crate::wait::Waiter;
 use std::fmt;
 use std::time::Duration;
 
@@ -21,11 +22,10 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
     /// One attempt. `NotAcquired` if someone else holds the key.
     fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<RawLease>;
 
-    /// Waits up to `wait` for the key. The default polls [`LockBackend::try_acquire`] with capped,
-    /// jittered exponential backoff ([`crate::wait::poll_acquire`]); backends with a native way to wait
-    /// override it.
+    /// Waits up to `wait` for the key: [`LockBackend::acquire_as`] of an exclusive lease.
+    /// Backends do not override it.
     fn acquire(&self, key: &Key, ttl: Ttl, wait: Duration) -> Result<RawLease> {
-        crate::backoff::poll(wait, || self.try_acquire(key, ttl))
+        self.acquire_as(key, LeaseKind::Exclusive, ttl, wait)
     }
 
     /// Compare-and-delete: removes the key only while it still holds this lease's token; `Lost`
@@ -66,13 +66,28 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
         }
     }
 
-    /// Waits up to `wait` for a lease of any kind. The default polls
-    /// [`LockBackend::try_acquire_as`] ([`crate::wait::poll_acquire_as`]).
+    /// Waits up to `wait` for a lease of any kind: one attempt when `wait` is zero, else core's one
+    /// wait loop ([`crate::wait::acquire`]) over the backend's [`LockBackend::waiter`]. Backends
+    /// do not override it: their way to wait goes in `waiter`, so every backend and kind waits by
+    /// the same rules.
     fn acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl, wait: Duration) -> Result<RawLease> {
-        match kind {
-            LeaseKind::Exclusive => self.acquire(key, ttl, wait),
-            other => crate::backoff::poll(wait, || self.try_acquire_as(key, other, ttl)),
+        if wait.is_zero() {
+            return self.try_acquire_as(key, kind, ttl);
         }
+        let mut waiter = self.waiter(key, kind, ttl)?;
+        crate::wait::acquire(&mut *waiter, key, kind, wait)
+    }
+
+    /// A waiting acquire's [`Waiter`]: one attempt and a way to block until woken. The default polls
+    /// [`LockBackend::try_acquire_as`] with backoff ([`crate::wait::Polling`]); a backend with a
+    /// native way to wait (a queue, a wake-up) overrides it.
+    fn waiter<'a>(
+        &'a self,
+        key: &'a Key,
+        kind: LeaseKind,
+        ttl: Ttl,
+    ) -> Result<Box<dyn Waiter + 'a>> {
+        Ok(Box::new(crate::wait::Polling::new(self, key, kind, ttl)))
     }
 
     /// Where the backend's data lives now, for operators (`leasehold status`): for example which master

@@ -1,9 +1,6 @@
-//! Capped, jittered exponential backoff and the polling loop built on it. Knows nothing of backends:
-//! [`crate::backend`]'s default waits and [`crate::wait`]'s public helpers both call [`poll`].
+//! Capped, jittered exponential backoff: the pause of a waiter that cannot be woken
+//! ([`crate::wait::Pause`]) and of other retries.
 
-use crate::deadline::Deadline;
-use crate::error::{Error, Result};
-use crate::raw_lease::RawLease;
 use std::time::Duration;
 
 /// Capped exponential backoff with jitter: each delay is drawn uniformly from `[base/2, base]` and the
@@ -36,29 +33,6 @@ impl Backoff {
         let delay = self.rng.u64(base / 2..=base);
         self.base = (self.base * 2).min(self.cap);
         Duration::from_micros(delay)
-    }
-}
-
-/// Repeats `attempt` with backoff while it gives `NotAcquired` and `wait` lasts. Each attempt is
-/// bounded by the backend (connect + I/O) and none starts after the wait is over, so the whole call
-/// ends within wait + connect + I/O.
-pub(crate) fn poll(
-    wait: Duration,
-    mut attempt: impl FnMut() -> Result<RawLease>,
-) -> Result<RawLease> {
-    let deadline = Deadline::after(wait);
-    let mut backoff = Backoff::for_polling();
-    loop {
-        match attempt() {
-            Err(Error::NotAcquired(msg)) => {
-                if deadline.is_past() {
-                    return Err(Error::NotAcquired(msg));
-                }
-                std::thread::sleep(deadline.cap(backoff.next_delay()));
-                crate::stats::note_retry();
-            }
-            other => return other,
-        }
     }
 }
 

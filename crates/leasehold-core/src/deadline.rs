@@ -37,6 +37,13 @@ impl Deadline {
         Deadline::after(wait.saturating_add(connect).saturating_add(io))
     }
 
+    /// The bound of a waiting acquire whose wait ends at `end` ([`crate::wait::Waiter::attempt`]
+    /// is told `end`): a connect and one I/O exchange past it.
+    pub fn for_acquire_until(end: Instant, connect: Duration, io: Duration) -> Deadline {
+        let past = connect.saturating_add(io);
+        Deadline(end.checked_add(past).unwrap_or(end))
+    }
+
     pub fn instant(self) -> Instant {
         self.0
     }

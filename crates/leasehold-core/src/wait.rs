@@ -1,16 +1,20 @@
-//! Bounded waiting: the polling acquire backends fall back on, the backoff it uses, and the helpers
-//! native waits share.
+//! The one wait loop. Every waiting acquire, of every backend and kind, runs [`acquire`]: a backend
+//! supplies a [`Waiter`] (one attempt, and a way to block until something may have changed), and
+//! core owns the rest: the wait's end, when the next attempt is due (a heartbeat, the holder's
+//! expiry), the final attempt once the wait is over, leaving the line when the wait fails, and the
+//! retry count. A backend therefore cannot get one of these wrong on its own.
 
-use crate::backend::LockBackend;
-use crate::backoff::poll;
 use crate::error::{Error, Result};
 use crate::key::Key;
 use crate::kind::LeaseKind;
 use crate::raw_lease::RawLease;
-use crate::ttl::Ttl;
 use std::time::{Duration, Instant};
 
 pub use crate::backoff::Backoff;
+
+/// A waiter wakes this long after the holder's reported expiry, so its next attempt finds the key
+/// already expired on the server rather than a hair before.
+pub const EXPIRY_MARGIN: Duration = Duration::from_millis(1);
 
 /// The deadline `wait` from now. Waits are bounded by [`crate::MAX_WAIT`], so this cannot overflow;
 /// saturate anyway rather than panic.
@@ -19,29 +23,244 @@ pub fn deadline_after(wait: Duration) -> Instant {
     now.checked_add(wait).unwrap_or(now)
 }
 
-/// Acquire by polling `try_acquire` until `wait` runs out. Errors other than `NotAcquired` end the wait
-/// at once: a caller must be able to tell contention from a broken backend.
-pub fn poll_acquire<B: LockBackend + ?Sized>(
-    backend: &B,
+/// What one attempt of a waiting acquire found.
+#[derive(Debug)]
+pub enum Turn {
+    /// The lease is ours.
+    Granted(RawLease),
+    /// Not yet: the key is held, or another waiter's turn comes first. `holder_left` is how long the
+    /// holder's lease still runs, when the attempt could tell: the waiter wakes by then, since a
+    /// holder that crashed frees the key only by running out, and nobody will say so.
+    NotYet { holder_left: Option<Duration> },
+}
+
+/// Until when a waiter may block before its next attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wake {
+    pub until: Instant,
+    /// Whether `until` is the holder's expiry, which must be met on time; otherwise it is the next
+    /// heartbeat or the wait's end, which may come a server timer tick late.
+    pub on_time: bool,
+}
+
+impl Wake {
+    /// The time left until [`Wake::until`].
+    pub fn left(&self) -> Duration {
+        self.until.saturating_duration_since(Instant::now())
+    }
+}
+
+/// One waiting acquire, as a backend runs it: its place in the line, if it keeps one, and its way
+/// of blocking. [`acquire`] drives it and owns everything else.
+pub trait Waiter {
+    /// One attempt, which also takes or renews the waiter's place in the line. `last`: the wait is
+    /// over, so this is the final attempt; refused, it must leave the line, so that no release
+    /// hands the key to a waiter that has gone. `end` is the wait's end: a backend whose server
+    /// queues waiters itself (PostgreSQL's lock queue) may block inside a non-final attempt until
+    /// then. `NotAcquired` counts as [`Turn::NotYet`].
+    fn attempt(&mut self, last: bool, end: Instant) -> Result<Turn>;
+
+    /// Blocks until something may have changed (a wake-up, a release) or `wake.until`, whichever
+    /// comes first; returning early is fine. `Some(lease)`: the key was handed to this waiter
+    /// meanwhile.
+    fn block(&mut self, wake: Wake) -> Result<Option<RawLease>>;
+
+    /// The wait ends by `error` before its final attempt (an attempt or a block failed): leave the
+    /// line, and take a key handed to this waiter meanwhile. The default has no line to leave.
+    fn give_up(&mut self, error: Error) -> Result<RawLease> {
+        Err(error)
+    }
+
+    /// How often an attempt must renew the waiter's place, when it keeps one that lapses.
+    fn heartbeat(&self) -> Option<Duration> {
+        None
+    }
+}
+
+/// Waits up to `wait` for `key`: attempts through `waiter` until one is granted or the wait is
+/// over (one attempt at least, and a final one at the end), blocking in between. Errors other than
+/// `NotAcquired` end the wait at once: a caller must be able to tell contention from a broken
+/// backend. The waiter bounds each of its own round trips, so the call ends within wait + connect
+/// + I/O.
+pub fn acquire(
+    waiter: &mut dyn Waiter,
     key: &Key,
-    ttl: Ttl,
+    kind: LeaseKind,
     wait: Duration,
 ) -> Result<RawLease> {
-    poll(wait, || backend.try_acquire(key, ttl))
+    let end = deadline_after(wait);
+    let mut attempts = 0u32;
+    loop {
+        if attempts > 0 {
+            crate::stats::note_retry();
+        }
+        attempts = attempts.saturating_add(1);
+        let last = Instant::now() >= end;
+        let turn = match waiter.attempt(last, end) {
+            Ok(turn) => turn,
+            Err(Error::NotAcquired(why)) if last => return Err(Error::NotAcquired(why)),
+            Err(Error::NotAcquired(_)) => Turn::NotYet { holder_left: None },
+            // The attempt may have run on the server and queued us (a reply lost on the way).
+            Err(error) if !last => return waiter.give_up(error),
+            Err(error) => return Err(error),
+        };
+        let holder_left = match turn {
+            Turn::Granted(lease) => return Ok(lease),
+            Turn::NotYet { .. } if last => return Err(refused(key, kind)),
+            Turn::NotYet { holder_left } => holder_left,
+        };
+        let wake = next_wake(end, waiter.heartbeat(), holder_left);
+        match waiter.block(wake) {
+            Ok(Some(lease)) => return Ok(lease),
+            Ok(None) => {}
+            Err(error) => return waiter.give_up(error),
+        }
+    }
+}
+
+/// When the next attempt is due: the holder's expiry (plus [`EXPIRY_MARGIN`]), the next heartbeat
+/// or the wait's end, whichever comes first.
+fn next_wake(end: Instant, heartbeat: Option<Duration>, holder_left: Option<Duration>) -> Wake {
+    let now = Instant::now();
+    let after = |d: Duration| now.checked_add(d).unwrap_or(end);
+    let mut until = end;
+    if let Some(beat) = heartbeat {
+        until = until.min(after(beat));
+    }
+    let mut on_time = false;
+    if let Some(left) = holder_left {
+        let expiry = after(left.saturating_add(EXPIRY_MARGIN));
+        if expiry < until {
+            until = expiry;
+            on_time = true;
+        }
+    }
+    Wake { until, on_time }
+}
+
+/// Sleeps between the attempts of a waiter that has no way to be woken: capped, jittered
+/// exponential backoff ([`Backoff::for_polling`]), never past the wake.
+#[derive(Debug, Clone)]
+pub struct Pause(Backoff);
+
+impl Pause {
+    pub fn new() -> Self {
+        Pause(Backoff::for_polling())
+    }
+
+    /// A pause with its own first delay and cap.
+    pub fn between(first: Duration, cap: Duration) -> Self {
+        Pause(Backoff::new(first, cap))
+    }
+
+    pub fn sleep(&mut self, wake: Wake) {
+        std::thread::sleep(self.0.next_delay().min(wake.left()));
+    }
+}
+
+impl Default for Pause {
+    fn default() -> Self {
+        Pause::new()
+    }
+}
+
+/// The waiter of a backend without a native wait: attempts are `try_acquire_as`, and it sleeps in
+/// between ([`Pause`]).
+pub struct Polling<'a, B: crate::LockBackend + ?Sized> {
+    backend: &'a B,
+    key: &'a Key,
+    kind: LeaseKind,
+    ttl: crate::Ttl,
+    pause: Pause,
+}
+
+impl<'a, B: crate::LockBackend + ?Sized> Polling<'a, B> {
+    pub fn new(backend: &'a B, key: &'a Key, kind: LeaseKind, ttl: crate::Ttl) -> Self {
+        Polling {
+            backend,
+            key,
+            kind,
+            ttl,
+            pause: Pause::new(),
+        }
+    }
+}
+
+impl<B: crate::LockBackend + ?Sized> Waiter for Polling<'_, B> {
+    fn attempt(&mut self, _last: bool, _end: Instant) -> Result<Turn> {
+        self.backend
+            .try_acquire_as(self.key, self.kind, self.ttl)
+            .map(Turn::Granted)
+    }
+
+    fn block(&mut self, wake: Wake) -> Result<Option<RawLease>> {
+        self.pause.sleep(wake);
+        Ok(None)
+    }
+}
+
+/// Waits by polling `try_acquire` through the one loop, whatever the backend's own waiter (a
+/// baseline for benchmarks, and the wait of backends that cannot be woken).
+pub fn poll_acquire<B: crate::LockBackend + ?Sized>(
+    backend: &B,
+    key: &Key,
+    ttl: crate::Ttl,
+    wait: Duration,
+) -> Result<RawLease> {
+    poll_acquire_as(backend, key, LeaseKind::Exclusive, ttl, wait)
 }
 
 /// [`poll_acquire`] for a lease of any kind.
-pub fn poll_acquire_as<B: LockBackend + ?Sized>(
+pub fn poll_acquire_as<B: crate::LockBackend + ?Sized>(
     backend: &B,
     key: &Key,
     kind: LeaseKind,
-    ttl: Ttl,
+    ttl: crate::Ttl,
     wait: Duration,
 ) -> Result<RawLease> {
-    poll(wait, || backend.try_acquire_as(key, kind, ttl))
+    if wait.is_zero() {
+        return backend.try_acquire_as(key, kind, ttl);
+    }
+    acquire(&mut Polling::new(backend, key, kind, ttl), key, kind, wait)
 }
 
 /// The `NotAcquired` error every backend gives for a key held by someone else.
 pub fn held_elsewhere(key: &Key) -> Error {
     Error::NotAcquired(format!("key \"{key}\" is held by another owner"))
+}
+
+/// The `NotAcquired` of an attempt refused, or of a wait that ran out.
+pub fn refused(key: &Key, kind: LeaseKind) -> Error {
+    match kind {
+        LeaseKind::Permit(_) => Error::NotAcquired(format!(
+            "every permit of semaphore \"{key}\" is held by other owners"
+        )),
+        _ => held_elsewhere(key),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_holders_expiry_wakes_on_time_and_the_heartbeat_does_not() {
+        let end = Instant::now() + Duration::from_secs(10);
+        let beat = next_wake(end, Some(Duration::from_millis(50)), None);
+        assert!(!beat.on_time && beat.until < end);
+        let expiry = next_wake(
+            end,
+            Some(Duration::from_secs(1)),
+            Some(Duration::from_millis(5)),
+        );
+        assert!(expiry.on_time && expiry.left() <= Duration::from_millis(6));
+        let far = next_wake(end, None, Some(Duration::from_secs(60)));
+        assert_eq!(
+            far,
+            Wake {
+                until: end,
+                on_time: false
+            }
+        );
+    }
 }

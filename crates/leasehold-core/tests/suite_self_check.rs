@@ -59,6 +59,34 @@ impl Memory {
     }
 }
 
+/// A waiter of the memory backend: a polling one that marks a waiting writer while it lives.
+struct WaitingWriter<'a> {
+    polling: wait::Polling<'a, Memory>,
+    memory: &'a Memory,
+    key: &'a Key,
+    writer: bool,
+}
+
+impl wait::Waiter for WaitingWriter<'_> {
+    fn attempt(&mut self, last: bool, end: std::time::Instant) -> Result<wait::Turn> {
+        self.polling.attempt(last, end)
+    }
+
+    fn block(&mut self, wake: wait::Wake) -> Result<Option<RawLease>> {
+        self.polling.block(wake)
+    }
+}
+
+impl Drop for WaitingWriter<'_> {
+    fn drop(&mut self) {
+        if self.writer {
+            self.memory.with(self.key, LeaseKind::Exclusive, |r, _| {
+                r.writers_waiting -= 1
+            });
+        }
+    }
+}
+
 impl LockBackend for Memory {
     fn name(&self) -> &'static str {
         "memory"
@@ -80,19 +108,23 @@ impl LockBackend for Memory {
         })
     }
 
-    fn acquire(&self, key: &Key, ttl: Ttl, wait: Duration) -> Result<RawLease> {
+    fn waiter<'a>(
+        &'a self,
+        key: &'a Key,
+        kind: LeaseKind,
+        ttl: Ttl,
+    ) -> Result<Box<dyn wait::Waiter + 'a>> {
         // A waiting writer holds new readers back while it polls.
-        self.with(key, LeaseKind::Exclusive, |r, _| r.writers_waiting += 1);
-        let result = wait::poll_acquire_as(self, key, LeaseKind::Exclusive, ttl, wait);
-        self.with(key, LeaseKind::Exclusive, |r, _| r.writers_waiting -= 1);
-        result
-    }
-
-    fn acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl, wait: Duration) -> Result<RawLease> {
-        match kind {
-            LeaseKind::Exclusive => self.acquire(key, ttl, wait),
-            other => wait::poll_acquire_as(self, key, other, ttl, wait),
+        let writer = kind == LeaseKind::Exclusive;
+        if writer {
+            self.with(key, kind, |r, _| r.writers_waiting += 1);
         }
+        Ok(Box::new(WaitingWriter {
+            polling: wait::Polling::new(self, key, kind, ttl),
+            memory: self,
+            key,
+            writer,
+        }))
     }
 
     fn release(&self, lease: &mut RawLease) -> Result<()> {

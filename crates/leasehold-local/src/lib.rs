@@ -72,7 +72,7 @@ pub use dir::default_dir;
 use clock::BootId;
 use dir::Dir;
 use file::{Locked, Mode};
-use leasehold_core::wait::held_elsewhere;
+use leasehold_core::wait::{held_elsewhere, Waiter};
 use leasehold_core::{
     BackendConfig, Config, Error, Key, KeyInfo, LeaseKind, LockBackend, RawLease, Result, Token,
     Ttl,
@@ -440,12 +440,13 @@ impl LockBackend for LocalBackend {
         Ok(RawLease::new(key.clone(), token, fence, ttl, sent).with_kind(kind))
     }
 
-    fn acquire(&self, key: &Key, ttl: Ttl, wait: Duration) -> Result<RawLease> {
-        queue::acquire(self, key, LeaseKind::Exclusive, ttl, wait)
-    }
-
-    fn acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl, wait: Duration) -> Result<RawLease> {
-        queue::acquire(self, key, kind, ttl, wait)
+    fn waiter<'a>(
+        &'a self,
+        key: &'a Key,
+        kind: LeaseKind,
+        ttl: Ttl,
+    ) -> Result<Box<dyn Waiter + 'a>> {
+        Ok(Box::new(queue::QueueWaiter::new(self, key, kind, ttl)?))
     }
 
     fn release(&self, lease: &mut RawLease) -> Result<()> {

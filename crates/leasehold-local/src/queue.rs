@@ -1,4 +1,4 @@
-//! `acquire` with a wait: a FIFO queue of waiters kept in the key's record, under the same `flock`.
+//! The waiter of `acquire` with a wait: a FIFO queue of waiters kept in the key's record, under the same `flock`.
 //!
 //! A waiter takes a ticket at the tail and may take the key only when the waiters ahead of it are
 //! served too (see `Record::admits`): an exclusive waiter only when the key is free and it is first,
@@ -19,8 +19,9 @@ use crate::file::{Locked, Mode};
 use crate::record::Admit;
 use crate::wake::Watch;
 use crate::{clock, full_error, stale_ns, want, LocalBackend};
-use leasehold_core::wait::{held_elsewhere, Backoff};
+use leasehold_core::wait::{Backoff, Turn, Waiter, Wake};
 use leasehold_core::{Error, Key, LeaseKind, RawLease, Result, Token, Ttl};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// How often a waiter refreshes its entry; well below [`crate::STALE_WAITER`].
@@ -28,149 +29,173 @@ const HEARTBEAT: Duration = Duration::from_millis(50);
 /// How many waiters at the front of a queue block on a wake-up rather than look periodically.
 const WATCHERS: usize = 2;
 
-pub(crate) fn acquire(
-    backend: &LocalBackend,
-    key: &Key,
+/// A waiter in a key's queue, as core's wait loop drives it. It leaves the queue when it is
+/// dropped holding a ticket (the wait ended by an error).
+pub(crate) struct QueueWaiter<'a> {
+    backend: &'a LocalBackend,
+    key: &'a Key,
     kind: LeaseKind,
     ttl: Ttl,
-    wait: Duration,
-) -> Result<RawLease> {
-    let start = Instant::now();
-    let wait_end = start.checked_add(wait).unwrap_or(start);
-    // No I/O may run past the wait plus one I/O timeout.
-    let hard_end = backend.give_up(wait_end);
-    let token = Token::generate()?;
-    let name = backend.record_name(key, kind);
-    let (want, exclusive) = (want(kind), kind == LeaseKind::Exclusive);
-    let path = backend.dir.join(&name);
-    let mut waiter = Waiter {
-        backend,
-        name: &name,
-        ticket: None,
-    };
-    // With the identity of the file it watches: a record deleted and created again is a new file.
-    let mut watch: Option<(Watch, (u64, u64))> = None;
-    let mut watch_failed = false;
-    let mut last_beat = start;
-    let mut look_later = Backoff::new(Duration::from_micros(1500), Duration::from_micros(1500));
-    let mut poll_soon = Backoff::new(Duration::from_micros(300), Duration::from_micros(300));
-    let mut looks = 0u32;
-    loop {
-        if looks > 0 {
-            leasehold_core::stats::note_retry();
-        }
-        looks = looks.saturating_add(1);
-        if let Some((w, _)) = &watch {
+    token: Token,
+    name: String,
+    path: PathBuf,
+    ticket: Option<u64>,
+    /// With the identity of the file it watches: a record deleted and created again is a new file.
+    watch: Option<(Watch, (u64, u64))>,
+    watch_failed: bool,
+    last_beat: Instant,
+    /// What the latest attempt saw: our place in the queue, and the record file's identity.
+    position: Option<usize>,
+    file_id: (u64, u64),
+    look_later: Backoff,
+    poll_soon: Backoff,
+}
+
+impl<'a> QueueWaiter<'a> {
+    pub(crate) fn new(
+        backend: &'a LocalBackend,
+        key: &'a Key,
+        kind: LeaseKind,
+        ttl: Ttl,
+    ) -> Result<Self> {
+        let name = backend.record_name(key, kind);
+        Ok(QueueWaiter {
+            path: backend.dir.join(&name),
+            name,
+            backend,
+            key,
+            kind,
+            ttl,
+            token: Token::generate()?,
+            ticket: None,
+            watch: None,
+            watch_failed: false,
+            last_beat: Instant::now(),
+            position: None,
+            file_id: (0, 0),
+            look_later: Backoff::new(Duration::from_micros(1500), Duration::from_micros(1500)),
+            poll_soon: Backoff::new(Duration::from_micros(300), Duration::from_micros(300)),
+        })
+    }
+}
+
+impl Waiter for QueueWaiter<'_> {
+    fn attempt(&mut self, last: bool, end: Instant) -> Result<Turn> {
+        let backend = self.backend;
+        let (want, exclusive) = (want(self.kind), self.kind == LeaseKind::Exclusive);
+        if let Some((w, _)) = &self.watch {
             w.drain();
         }
         let sent = Instant::now();
-        let give_up = backend.give_up(sent).min(hard_end.max(sent));
-        let file = Locked::open(&backend.dir, &name, true, Mode::Exclusive, give_up)?
+        // No I/O may run past the wait plus one I/O timeout.
+        let give_up = backend.give_up(sent).min(backend.give_up(end).max(sent));
+        let file = Locked::open(&backend.dir, &self.name, true, Mode::Exclusive, give_up)?
             .ok_or_else(|| Error::Internal("record file vanished".into()))?;
-        if watch.as_ref().is_some_and(|(_, id)| *id != file.id()) {
-            watch = None;
+        if self.watch.as_ref().is_some_and(|(_, id)| *id != file.id()) {
+            self.watch = None;
         }
-        let file_id = file.id();
-        let mut record = backend.read(&file, &name)?;
+        self.file_id = file.id();
+        let mut record = backend.read(&file, &self.name)?;
         let now_ns = clock::now_ns()?;
         let mut dirty = record.normalize(&backend.boot, now_ns, stale_ns());
-        if let Some(t) = waiter.ticket {
+        if let Some(t) = self.ticket {
             if record.position(t).is_none() {
                 // Dropped as stale while we were descheduled: queue again.
-                waiter.ticket = None;
+                self.ticket = None;
             }
         }
-        match record.admits(want, waiter.ticket) {
+        match record.admits(want, self.ticket) {
             Admit::Yes => {
-                if let Some(t) = waiter.ticket.take() {
+                if let Some(t) = self.ticket.take() {
                     record.remove_waiter(t);
                 }
+                let (token, ttl) = (self.token, self.ttl);
                 let fence = backend.grant(&mut record, token, ttl, now_ns, exclusive, give_up)?;
-                file.write(&mut record, &path)?;
-                return Ok(RawLease::new(key.clone(), token, fence, ttl, sent).with_kind(kind));
+                file.write(&mut record, &self.path)?;
+                let lease = RawLease::new(self.key.clone(), token, fence, ttl, sent);
+                return Ok(Turn::Granted(lease.with_kind(self.kind)));
             }
             Admit::Full => {
-                if let Some(t) = waiter.ticket.take() {
+                if let Some(t) = self.ticket.take() {
                     dirty |= record.remove_waiter(t);
                 }
                 if dirty {
-                    file.write(&mut record, &path)?;
+                    file.write(&mut record, &self.path)?;
                 }
-                return Err(full_error(key, kind));
+                return Err(full_error(self.key, self.kind));
             }
             Admit::No => {}
         }
         let now = Instant::now();
-        if now >= wait_end {
-            if let Some(t) = waiter.ticket.take() {
+        if last {
+            if let Some(t) = self.ticket.take() {
                 dirty |= record.remove_waiter(t);
             }
             if dirty {
-                file.write(&mut record, &path)?;
+                file.write(&mut record, &self.path)?;
             }
-            return Err(held_elsewhere(key));
+            return Ok(Turn::NotYet { holder_left: None });
         }
-        match waiter.ticket {
+        match self.ticket {
             None => {
-                waiter.ticket = record.enqueue(now_ns, exclusive);
-                dirty |= waiter.ticket.is_some();
-                last_beat = now;
+                self.ticket = record.enqueue(now_ns, exclusive);
+                dirty |= self.ticket.is_some();
+                self.last_beat = now;
             }
-            Some(t) if now.saturating_duration_since(last_beat) >= HEARTBEAT => {
+            // Renewed at half the heartbeat: core wakes us at least every heartbeat.
+            Some(t) if now.saturating_duration_since(self.last_beat) >= HEARTBEAT / 2 => {
                 record.heartbeat(t, now_ns);
                 dirty = true;
-                last_beat = now;
+                self.last_beat = now;
             }
             Some(_) => {}
         }
         if dirty {
-            file.write(&mut record, &path)?;
+            file.write(&mut record, &self.path)?;
         }
-        let position = waiter.ticket.and_then(|t| record.position(t));
-        // The first holder to run out may let us in.
+        self.position = self.ticket.and_then(|t| record.position(t));
+        // The first holder to run out may let us in (a crashed holder frees its share only by
+        // running out).
         let holder_left = record
             .holders
             .iter()
             .map(|h| h.deadline_ns)
             .min()
             .map(|d| Duration::from_nanos(d.saturating_sub(now_ns)));
-        drop(file);
+        Ok(Turn::NotYet { holder_left })
+    }
 
-        // Sleep until something may have changed: never past the wait, the next heartbeat, or the
-        // earliest holder expiry (a crashed holder frees its share only by running out).
-        let mut nap = wait_end
-            .saturating_duration_since(now)
-            .min(HEARTBEAT.saturating_sub(now.saturating_duration_since(last_beat)));
-        if let Some(left) = holder_left {
-            nap = nap.min(left.saturating_add(Duration::from_micros(100)));
-        }
-        if position.is_some_and(|p| p < WATCHERS) {
-            if watch.is_none() && !watch_failed {
-                watch = Watch::new(&path).map(|w| (w, file_id));
-                watch_failed = watch.is_none();
-                if watch.is_some() {
-                    // A release between our look and the new watch would go unseen: look again first.
-                    continue;
+    /// Sleeps until something may have changed: the first [`WATCHERS`] waiters until a wake-up of
+    /// the record file, the others a short while, since they only have to notice that they moved
+    /// up.
+    fn block(&mut self, wake: Wake) -> Result<Option<RawLease>> {
+        let nap = wake.left();
+        if self.position.is_some_and(|p| p < WATCHERS) {
+            if self.watch.is_none() && !self.watch_failed {
+                self.watch = Watch::new(&self.path).map(|w| (w, self.file_id));
+                self.watch_failed = self.watch.is_none();
+                if self.watch.is_some() {
+                    // A release between our look and the new watch would go unseen: look again
+                    // first.
+                    return Ok(None);
                 }
             }
-            match &watch {
+            match &self.watch {
                 Some((w, _)) => w.wait(nap),
-                None => std::thread::sleep(nap.min(poll_soon.next_delay())),
+                None => std::thread::sleep(nap.min(self.poll_soon.next_delay())),
             }
         } else {
-            std::thread::sleep(nap.min(look_later.next_delay()));
+            std::thread::sleep(nap.min(self.look_later.next_delay()));
         }
+        Ok(None)
+    }
+
+    fn heartbeat(&self) -> Option<Duration> {
+        Some(HEARTBEAT)
     }
 }
 
-/// A queued waiter; leaves the queue if `acquire` ends by an error.
-struct Waiter<'a> {
-    backend: &'a LocalBackend,
-    name: &'a str,
-    ticket: Option<u64>,
-}
-
-impl Drop for Waiter<'_> {
+impl Drop for QueueWaiter<'_> {
     fn drop(&mut self) {
         let Some(ticket) = self.ticket else {
             return;
@@ -179,14 +204,14 @@ impl Drop for Waiter<'_> {
         // behind goes stale and is dropped by the next waiter.
         let now = Instant::now();
         let dir = &self.backend.dir;
-        let Ok(Some(file)) = Locked::open(dir, self.name, false, Mode::Exclusive, now) else {
+        let Ok(Some(file)) = Locked::open(dir, &self.name, false, Mode::Exclusive, now) else {
             return;
         };
-        let Ok(mut record) = self.backend.read(&file, self.name) else {
+        let Ok(mut record) = self.backend.read(&file, &self.name) else {
             return;
         };
         if record.remove_waiter(ticket) {
-            let _ = file.write(&mut record, &dir.join(self.name));
+            let _ = file.write(&mut record, &self.path);
         }
     }
 }

@@ -56,13 +56,14 @@ mod watchdog;
 pub use names::lock_name;
 
 use leasehold_core::config::{BackendConfig, MysqlLockMode};
+use leasehold_core::wait::{self, Turn, Waiter};
 use leasehold_core::{
     Config, Error, Key, KeyInfo, LeaseKind, LockBackend, RawLease, Result, Token, Ttl,
 };
 use named::Named;
 use session::{call, Pools};
 use std::fmt;
-use std::time::Duration;
+use std::time::Instant;
 use table::Table;
 
 /// A MySQL/MariaDB lock backend in either mode. Thread-safe; share it through a
@@ -163,22 +164,28 @@ impl LockBackend for MysqlBackend {
     }
 
     fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<RawLease> {
-        self.acquire_as(key, LeaseKind::Exclusive, ttl, Duration::ZERO)
+        self.try_acquire_as(key, LeaseKind::Exclusive, ttl)
     }
 
-    fn acquire(&self, key: &Key, ttl: Ttl, wait: Duration) -> Result<RawLease> {
-        self.acquire_as(key, LeaseKind::Exclusive, ttl, wait)
-    }
-
+    /// The waiter's attempt, as the final one of a wait: bounded like any call, and a writer does
+    /// not mark itself as waiting.
     fn try_acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl) -> Result<RawLease> {
-        self.acquire_as(key, kind, ttl, Duration::ZERO)
+        match self.waiter(key, kind, ttl)?.attempt(true, Instant::now())? {
+            Turn::Granted(lease) => Ok(lease),
+            Turn::NotYet { .. } => Err(wait::refused(key, kind)),
+        }
     }
 
-    fn acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl, wait: Duration) -> Result<RawLease> {
+    fn waiter<'a>(
+        &'a self,
+        key: &'a Key,
+        kind: LeaseKind,
+        ttl: Ttl,
+    ) -> Result<Box<dyn Waiter + 'a>> {
         let ask = self.ask(key, ttl);
         match &self.mode {
-            Mode::Named(n) => n.acquire(&self.pools, &ask, kind, wait),
-            Mode::Table(t) => t.acquire(&self.pools, &ask, kind, wait),
+            Mode::Named(n) => n.waiter(&self.pools, ask, kind),
+            Mode::Table(t) => Ok(t.waiter(&self.pools, ask, kind)),
         }
     }
 

@@ -21,8 +21,9 @@
 use crate::names::{lock_name, micros, quoted, semaphore_name, slot_name, table_ident, NOW_US};
 use crate::session::{call, int, with_session, Conn2, Failure, Pools, Session};
 use crate::sweep::{Every, SWEEP_AFTER_US};
-use crate::waiting::{wait_for, Attempt};
+use crate::waiting::Attempts;
 use crate::Ask;
+use leasehold_core::wait::{Turn, Waiter};
 use leasehold_core::{Deadline, Error, KeyInfo, LeaseKind, Permits, RawLease, Result, Token, Ttl};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -70,14 +71,13 @@ impl Named {
         .map(drop)
     }
 
-    pub fn acquire(
-        &self,
-        pools: &Pools,
-        ask: &Ask,
+    /// A waiting acquire's attempts (also the single attempt of a try).
+    pub fn waiter<'a>(
+        &'a self,
+        pools: &'a Pools,
+        ask: Ask<'a>,
         kind: LeaseKind,
-        wait: Duration,
-    ) -> Result<RawLease> {
-        let deadline = pools.acquire(wait);
+    ) -> Result<Box<dyn Waiter + 'a>> {
         match kind {
             LeaseKind::Shared => Err(Error::invalid(
                 "MySQL named locks (GET_LOCK) are exclusive only: use ?lock=table for shared locks",
@@ -85,15 +85,15 @@ impl Named {
             LeaseKind::Exclusive => {
                 let name = lock_name(&ask.prefixed);
                 let names = [name.clone()];
-                wait_for(wait, "the key", |_| {
-                    self.attempt(pools, ask, &names, &name, kind, deadline)
-                })
+                Ok(Box::new(Attempts::new(pools, move |_, deadline| {
+                    self.attempt(pools, &ask, &names, &name, kind, deadline)
+                })))
             }
             LeaseKind::Permit(n) => {
                 let semaphore = semaphore_name(&ask.prefixed);
-                wait_for(wait, "every permit", |_| {
-                    self.try_permit(pools, ask, &semaphore, n, deadline)
-                })
+                Ok(Box::new(Attempts::new(pools, move |_, deadline| {
+                    self.try_permit(pools, &ask, &semaphore, n, deadline)
+                })))
             }
             other => Err(Error::invalid(format!(
                 "MySQL named locks do not offer {} leases",
@@ -109,7 +109,7 @@ impl Named {
         semaphore: &str,
         permits: Permits,
         deadline: Deadline,
-    ) -> Result<Attempt<RawLease>> {
+    ) -> Result<Turn> {
         let n = permits.get();
         let start = self.next_slot.fetch_add(1, Ordering::Relaxed) % n;
         let mut shortest: Option<Duration> = None;
@@ -121,8 +121,8 @@ impl Named {
             offered += chunk.len() as u32;
             let kind = LeaseKind::Permit(permits);
             match self.attempt(pools, ask, &chunk, semaphore, kind, deadline)? {
-                Attempt::Got(lease) => return Ok(Attempt::Got(lease)),
-                Attempt::Held(left) => {
+                Turn::Granted(lease) => return Ok(Turn::Granted(lease)),
+                Turn::NotYet { holder_left: left } => {
                     shortest = match (shortest, left) {
                         (Some(a), Some(b)) => Some(a.min(b)),
                         (a, b) => a.or(b),
@@ -130,7 +130,9 @@ impl Named {
                 }
             }
         }
-        Ok(Attempt::Held(shortest))
+        Ok(Turn::NotYet {
+            holder_left: shortest,
+        })
     }
 
     /// One attempt at the first free lock of `names`, the fence drawn from `fence_row`.
@@ -142,7 +144,7 @@ impl Named {
         fence_row: &str,
         kind: LeaseKind,
         deadline: Deadline,
-    ) -> Result<Attempt<RawLease>> {
+    ) -> Result<Turn> {
         let f = &self.fences;
         let list = names
             .iter()
@@ -182,18 +184,20 @@ impl Named {
                 match names.iter().find(|n| **n == expired) {
                     Some(name) if holder > 0 => {
                         if !self.take_expired(pools, &mut conn, name, holder, deadline)? {
-                            return Ok(Attempt::Held(Some(Duration::ZERO)));
+                            return Ok(Turn::NotYet {
+                                holder_left: Some(Duration::ZERO),
+                            });
                         }
                         name.clone()
                     }
-                    _ => return Ok(Attempt::Held(None)),
+                    _ => return Ok(Turn::NotYet { holder_left: None }),
                 }
             }
             (None, None) => {
                 let left = answers[2]
                     .int(0)
                     .map(|us| Duration::from_micros(us.max(0) as u64));
-                return Ok(Attempt::Held(left));
+                return Ok(Turn::NotYet { holder_left: left });
             }
         };
         // The lock is ours on this session: record holder and expiry, draw the fence.
@@ -236,7 +240,7 @@ impl Named {
             conn.broken = true;
             return Err(pools.unavailable("the server returned no fence"));
         };
-        Ok(Attempt::Got(
+        Ok(Turn::Granted(
             RawLease::new(ask.key.clone(), token, fence as u64, ask.ttl, sent)
                 .with_kind(kind)
                 .with_state(Held { conn, name }),

@@ -373,9 +373,9 @@ impl Pools {
         Deadline::for_call(self.connect_timeout, self.io_timeout)
     }
 
-    /// The deadline of an acquire that may wait `wait`.
-    pub fn acquire(&self, wait: Duration) -> Deadline {
-        Deadline::for_acquire(wait, self.connect_timeout, self.io_timeout)
+    /// The deadline of an acquire whose wait ends at `end`.
+    pub fn acquire_until(&self, end: std::time::Instant) -> Deadline {
+        Deadline::for_acquire_until(end, self.connect_timeout, self.io_timeout)
     }
 
     /// A session by `deadline`: an idle one, or a new one while the pool has room.

@@ -19,8 +19,9 @@
 use crate::names::{micros, row_key, semaphore_row_key, table_ident, token_literal, NOW_US};
 use crate::session::{call, with_session, Answers, Pools};
 use crate::sweep::{Every, SWEEP_AFTER_US};
-use crate::waiting::{wait_for, Attempt};
+use crate::waiting::Attempts;
 use crate::Ask;
+use leasehold_core::wait::{Turn, Waiter};
 use leasehold_core::{
     Deadline, Error, Key, KeyInfo, LeaseKind, Permits, RawLease, Result, Token, Ttl,
 };
@@ -77,18 +78,17 @@ impl Table {
         .map(drop)
     }
 
-    pub fn acquire(
-        &self,
-        pools: &Pools,
-        ask: &Ask,
+    /// A waiting acquire's attempts (also the single attempt of a try).
+    pub fn waiter<'a>(
+        &'a self,
+        pools: &'a Pools,
+        ask: Ask<'a>,
         kind: LeaseKind,
-        wait: Duration,
-    ) -> Result<RawLease> {
-        let deadline = pools.acquire(wait);
-        wait_for(wait, "the key", |waiting| match kind {
-            LeaseKind::Permit(n) => self.try_permit(pools, ask, n, deadline),
-            _ => self.try_lock(pools, ask, kind == LeaseKind::Shared, waiting, deadline),
-        })
+    ) -> Box<dyn Waiter + 'a> {
+        Box::new(Attempts::new(pools, move |waiting, deadline| match kind {
+            LeaseKind::Permit(n) => self.try_permit(pools, &ask, n, deadline),
+            _ => self.try_lock(pools, &ask, kind == LeaseKind::Shared, waiting, deadline),
+        }))
     }
 
     /// One attempt at an exclusive (or, with `shared`, a shared) lease.
@@ -99,7 +99,7 @@ impl Table {
         shared: bool,
         waiting: bool,
         deadline: Deadline,
-    ) -> Result<Attempt<RawLease>> {
+    ) -> Result<Turn> {
         let token = Token::generate()?;
         let (k, tok) = (row_key(&ask.prefixed), token_literal(&token));
         let ttl = micros(ask.ttl.as_duration());
@@ -156,7 +156,7 @@ impl Table {
         );
         let sent = Instant::now();
         let Some(answers) = self.attempt(pools, deadline, &sql, "acquiring")? else {
-            return Ok(Attempt::Held(None));
+            return Ok(Turn::NotYet { holder_left: None });
         };
         let row = answers.nth_last(2);
         let kind = if shared {
@@ -165,10 +165,12 @@ impl Table {
             LeaseKind::Exclusive
         };
         Ok(match (row.int(0), row.int(1), row.int(2)) {
-            (Some(1), Some(fence), _) => Attempt::Got(
+            (Some(1), Some(fence), _) => Turn::Granted(
                 RawLease::new(ask.key.clone(), token, fence as u64, ask.ttl, sent).with_kind(kind),
             ),
-            (_, _, left) => Attempt::Held(left.map(from_micros)),
+            (_, _, left) => Turn::NotYet {
+                holder_left: left.map(from_micros),
+            },
         })
     }
 
@@ -178,7 +180,7 @@ impl Table {
         ask: &Ask,
         permits: Permits,
         deadline: Deadline,
-    ) -> Result<Attempt<RawLease>> {
+    ) -> Result<Turn> {
         let token = Token::generate()?;
         let (k, tok) = (semaphore_row_key(&ask.prefixed), token_literal(&token));
         let ttl = micros(ask.ttl.as_duration());
@@ -204,15 +206,17 @@ impl Table {
         );
         let sent = Instant::now();
         let Some(answers) = self.attempt(pools, deadline, &sql, "taking a permit")? else {
-            return Ok(Attempt::Held(None));
+            return Ok(Turn::NotYet { holder_left: None });
         };
         let (mine, first_end) = (answers.nth_last(3), answers.nth_last(2));
         Ok(match mine.int(0) {
-            Some(fence) => Attempt::Got(
+            Some(fence) => Turn::Granted(
                 RawLease::new(ask.key.clone(), token, fence as u64, ask.ttl, sent)
                     .with_kind(LeaseKind::Permit(permits)),
             ),
-            None => Attempt::Held(first_end.int(0).map(from_micros)),
+            None => Turn::NotYet {
+                holder_left: first_end.int(0).map(from_micros),
+            },
         })
     }
 

@@ -28,10 +28,70 @@ use crate::scripts::{
 };
 use crate::topology::Topology;
 use crate::wire::Wire;
-use leasehold_core::wait::held_elsewhere;
+use leasehold_core::wait::{held_elsewhere, Turn, Waiter, Wake};
 use leasehold_core::{Deadline, Error, Key, KeyInfo, LeaseKind, RawLease, Result, Token, Ttl};
 use redis::{RedisResult, Script};
 use std::time::{Duration, Instant};
+
+/// The lock's native FIFO wait (see `single.rs`), for a share or a permit: the `BLPOP` runs on the
+/// node serving the key, where the release that wakes it runs. Shared locks and semaphores keep
+/// the wake-and-race handoff: their waiters take no grant.
+pub(crate) struct KindWaiter<'a> {
+    single: Single<'a>,
+    key: &'a Key,
+    kind: LeaseKind,
+    token: Token,
+    base: RedisKeys,
+    signal: Vec<u8>,
+    ttl: Ttl,
+    /// The whole call's bound, from the wait's end.
+    bound: Option<Deadline>,
+}
+
+impl Waiter for KindWaiter<'_> {
+    fn attempt(&mut self, last: bool, end: Instant) -> Result<Turn> {
+        let single = &self.single;
+        let settings = single.settings;
+        let io = settings
+            .io_timeout
+            .saturating_add(single.replicas_allowance);
+        let bound = *self
+            .bound
+            .get_or_insert_with(|| Deadline::for_acquire_until(end, settings.connect_timeout, io));
+        let sent = Instant::now();
+        let mode = if last {
+            ("last", 1)
+        } else {
+            ("wait", millis(single.heartbeat.saturating_mul(3)))
+        };
+        let calls = bound.min(single.write_deadline());
+        let (key, kind, ttl) = (self.key, self.kind, self.ttl);
+        Ok(
+            match single.attempt(key, kind, &self.token, ttl, mode, calls)? {
+                Step::Granted(fence) => Turn::Granted(
+                    RawLease::new(key.clone(), self.token, fence, ttl, sent).with_kind(kind),
+                ),
+                Step::Held(left) => Turn::NotYet { holder_left: left },
+                Step::Reserved => Turn::NotYet { holder_left: None },
+            },
+        )
+    }
+
+    fn block(&mut self, wake: Wake) -> Result<Option<RawLease>> {
+        let Some((block, precise)) = pause::block_for(wake) else {
+            return Ok(None);
+        };
+        let bound = self.bound.unwrap_or_else(|| self.single.write_deadline());
+        self.single.topology.run(&self.base, bound, |node, _via| {
+            node.wait_signal_routed(&self.signal, block, precise, bound)
+        })?;
+        Ok(None)
+    }
+
+    fn heartbeat(&self) -> Option<Duration> {
+        Some(self.single.heartbeat)
+    }
+}
 
 /// Which acquire script to run, for which lease.
 struct Acquire<'a> {
@@ -103,7 +163,7 @@ fn asking(c: &mut Wire, via: Via) -> RedisResult<()> {
     Ok(())
 }
 
-impl Single<'_> {
+impl<'a> Single<'a> {
     fn call_deadline(&self) -> Deadline {
         Deadline::for_call(self.settings.connect_timeout, self.settings.io_timeout)
     }
@@ -312,57 +372,21 @@ impl Single<'_> {
         }
     }
 
-    /// The lock's native FIFO wait (see `single.rs`), for a share or a permit: the `BLPOP` runs on
-    /// the node serving the key, where the release that wakes it runs.
-    pub(crate) fn acquire_as(
-        &self,
-        key: &Key,
-        kind: LeaseKind,
-        ttl: Ttl,
-        wait: Duration,
-    ) -> Result<RawLease> {
-        let settings = self.settings;
-        let bound = Deadline::for_acquire(
-            wait,
-            settings.connect_timeout,
-            settings.io_timeout.saturating_add(self.replicas_allowance),
-        );
-        let deadline = Instant::now()
-            .checked_add(wait)
-            .unwrap_or_else(Instant::now);
+    /// The waiter of a share or a permit (see [`KindWaiter`]).
+    pub(crate) fn waiter(self, key: &'a Key, kind: LeaseKind, ttl: Ttl) -> Result<KindWaiter<'a>> {
         let token = Token::generate()?;
         // The lock's and the semaphore's keys each share the slot of this base (`kind_keys.rs`).
         let base = RedisKeys::new(self.prefix, key);
-        let signal = base.signal(&token);
-        // Shared locks and semaphores keep the wake-and-race handoff: their waiters take no grant.
-        let waiting = ("wait", millis(self.heartbeat.saturating_mul(3)));
-        let mut attempts = 0u32;
-        loop {
-            if attempts > 0 {
-                leasehold_core::stats::note_retry();
-            }
-            attempts = attempts.saturating_add(1);
-            let last = Instant::now() >= deadline;
-            let sent = Instant::now();
-            let mode = if last { ("last", 1) } else { waiting };
-            let calls = bound.min(self.write_deadline());
-            let holder_left = match self.attempt(key, kind, &token, ttl, mode, calls)? {
-                Step::Granted(fence) => {
-                    return Ok(RawLease::new(key.clone(), token, fence, ttl, sent).with_kind(kind))
-                }
-                _ if last => return Err(held_elsewhere(key)),
-                Step::Held(left) => left,
-                Step::Reserved => None,
-            };
-            let Some((block, precise)) =
-                pause::before_next_attempt(deadline, self.heartbeat, holder_left)
-            else {
-                continue;
-            };
-            self.topology.run(&base, bound, |node, _via| {
-                node.wait_signal_routed(&signal, block, precise, bound)
-            })?;
-        }
+        Ok(KindWaiter {
+            signal: base.signal(&token),
+            base,
+            single: self,
+            key,
+            kind,
+            token,
+            ttl,
+            bound: None,
+        })
     }
 
     /// Release (`ttl` None) or extend a share or a permit. `false`: not held by the token. With

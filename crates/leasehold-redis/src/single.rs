@@ -31,7 +31,7 @@ use crate::node::{Attempt, Mode, Node, Signal, DEFAULT_FENCE_RETENTION};
 use crate::pause;
 use crate::topology::{Cluster, NodeTemplate, Sentinel, Topology};
 use leasehold_core::config::RedisServer;
-use leasehold_core::wait::held_elsewhere;
+use leasehold_core::wait::{held_elsewhere, Polling, Turn, Waiter, Wake};
 use leasehold_core::{
     BackendConfig, Config, Deadline, Error, Key, KeyInfo, LeaseKind, LockBackend,
 };
@@ -209,104 +209,6 @@ impl RedisBackend {
         self.heartbeat.saturating_mul(3)
     }
 
-    fn wait_for_turn(
-        &self,
-        key: &Key,
-        keys: &RedisKeys,
-        token: &Token,
-        ttl: Ttl,
-        wait: Duration,
-    ) -> Result<RawLease> {
-        // The wait's end, and the whole call's bound past it: every attempt, checkout and block
-        // draws on `bound`, so the call returns within wait + connect + I/O.
-        let settings = &self.settings;
-        let bound = Deadline::for_acquire(
-            wait,
-            settings.connect_timeout,
-            settings.io_timeout.saturating_add(self.replicas_allowance),
-        );
-        let deadline = Instant::now()
-            .checked_add(wait)
-            .unwrap_or_else(Instant::now);
-        // Grants need no confirmation round; with `replicas=N` each acquire must wait for its
-        // replicas, so the head is woken to acquire for itself instead.
-        let grants = self.replicas_allowance.is_zero();
-        let signal = keys.signal(token);
-        let mut attempts = 0u32;
-        // When the latest attempt that renewed our queue entry was sent: a grant can only be made
-        // after that attempt reached the server, so the granted TTL counts from no earlier.
-        let mut renewed;
-        loop {
-            if attempts > 0 {
-                leasehold_core::stats::note_retry();
-            }
-            attempts = attempts.saturating_add(1);
-            // Once the wait is over, one more attempt, which also gives up our place if refused,
-            // so the next in line is not kept waiting for a key reserved to us. It also takes a
-            // key granted to us meanwhile (the script sees our own token).
-            let sent = Instant::now();
-            let last = sent >= deadline;
-            let mode = if last {
-                Mode::Last
-            } else {
-                // A release grants the key to us only while our wait has not ended, by the
-                // server's clock and with a margin for the grant to reach us.
-                let wait_left = deadline.saturating_duration_since(sent);
-                Mode::Wait {
-                    waiter_ttl: self.waiter_ttl(),
-                    grant_within: if grants {
-                        wait_left.saturating_sub(GRANT_MARGIN)
-                    } else {
-                        Duration::ZERO
-                    },
-                }
-            };
-            // One attempt: a call's connect + I/O at most (a dead server is reported within that,
-            // not retried for the whole wait), and never past the call's bound.
-            let attempt = match self.attempt(keys, token, ttl, mode, bound) {
-                Ok(attempt) => attempt,
-                // This attempt may have run on the server and queued us (a reply lost on the
-                // way): never leave a place behind that a release could grant to nobody.
-                Err(error) if !last => return self.give_up(key, keys, token, ttl, bound, error),
-                Err(error) => return Err(error),
-            };
-            let holder_left = match attempt {
-                Attempt::Acquired(fence) => {
-                    return Ok(RawLease::new(key.clone(), *token, fence, ttl, sent))
-                }
-                _ if last => return Err(held_elsewhere(key)),
-                Attempt::Held(left) => left,
-                // Free but another waiter's turn: it has been woken; ours comes by signal.
-                _ => None,
-            };
-            renewed = sent;
-            // Until our signal, the holder's expiry, the next heartbeat, or the end of the wait.
-            let Some((block, precise)) =
-                pause::before_next_attempt(deadline, self.heartbeat, holder_left)
-            else {
-                continue;
-            };
-            // On the slot's own node (Cluster): the release that wakes us runs there.
-            let signalled = self.topology.run(keys, bound, |node, _via| {
-                node.wait_grant_routed(&signal, block, precise, bound)
-            });
-            match signalled {
-                Ok(Signal::Granted(fence)) => {
-                    let lease = RawLease::new(key.clone(), *token, fence, ttl, renewed);
-                    match self.settle_grant(keys, token, ttl, lease, bound) {
-                        Ok(Some(lease)) => return Ok(lease),
-                        // The grant ran out before we could use it: wait on.
-                        Ok(None) => continue,
-                        Err(error) => return self.give_up(key, keys, token, ttl, bound, error),
-                    }
-                }
-                // Woken or timed out, the next step is the same: try again.
-                Ok(_) => {}
-                Err(error) => return self.give_up(key, keys, token, ttl, bound, error),
-            }
-        }
-    }
-
     /// One acquire attempt in `mode`: a call's connect + I/O at most (a dead server is reported
     /// within that, not retried for the whole wait), and never past the call's `bound`.
     fn attempt(
@@ -377,6 +279,106 @@ impl RedisBackend {
     }
 }
 
+/// A waiter in the key's queue: attempts renew its place (or take the key), and in between it blocks
+/// on its signal list, where a release wakes it or hands it the key. An error ends the wait at once
+/// (a caller must tell contention from a broken server), after a final attempt that leaves the
+/// queue ([`RedisBackend::give_up`]).
+struct QueueWaiter<'a> {
+    backend: &'a RedisBackend,
+    key: &'a Key,
+    keys: RedisKeys,
+    token: Token,
+    signal: Vec<u8>,
+    ttl: Ttl,
+    /// The whole call's bound, from the wait's end: every attempt, checkout and block draws on it,
+    /// so the call returns within wait + connect + I/O.
+    bound: Option<Deadline>,
+    /// When the latest attempt that renewed our queue entry was sent: a grant can only be made
+    /// after that attempt reached the server, so the granted TTL counts from no earlier.
+    renewed: Instant,
+}
+
+impl QueueWaiter<'_> {
+    fn bound(&mut self, end: Instant) -> Deadline {
+        let settings = &self.backend.settings;
+        let io = settings
+            .io_timeout
+            .saturating_add(self.backend.replicas_allowance);
+        *self
+            .bound
+            .get_or_insert_with(|| Deadline::for_acquire_until(end, settings.connect_timeout, io))
+    }
+}
+
+impl Waiter for QueueWaiter<'_> {
+    fn attempt(&mut self, last: bool, end: Instant) -> Result<Turn> {
+        let bound = self.bound(end);
+        let backend = self.backend;
+        let sent = Instant::now();
+        // The final attempt also gives up our place if refused, so the next in line is not kept
+        // waiting for a key reserved to us. It also takes a key granted to us meanwhile (the
+        // script sees our own token).
+        let mode = if last {
+            Mode::Last
+        } else {
+            // Grants need no confirmation round; with `replicas=N` each acquire must wait for its
+            // replicas, so the head is woken to acquire for itself instead. A release grants the
+            // key to us only while our wait has not ended, by the server's clock and with a margin
+            // for the grant to reach us.
+            let grants = backend.replicas_allowance.is_zero();
+            Mode::Wait {
+                waiter_ttl: backend.waiter_ttl(),
+                grant_within: if grants {
+                    end.saturating_duration_since(sent)
+                        .saturating_sub(GRANT_MARGIN)
+                } else {
+                    Duration::ZERO
+                },
+            }
+        };
+        let holder_left = match backend.attempt(&self.keys, &self.token, self.ttl, mode, bound)? {
+            Attempt::Acquired(fence) => {
+                let lease = RawLease::new(self.key.clone(), self.token, fence, self.ttl, sent);
+                return Ok(Turn::Granted(lease));
+            }
+            Attempt::Held(left) => left,
+            // Free but another waiter's turn: it has been woken; ours comes by signal.
+            Attempt::Reserved => None,
+        };
+        self.renewed = sent;
+        Ok(Turn::NotYet { holder_left })
+    }
+
+    fn block(&mut self, wake: Wake) -> Result<Option<RawLease>> {
+        let Some((block, precise)) = pause::block_for(wake) else {
+            return Ok(None);
+        };
+        let bound = self.bound.unwrap_or_else(|| self.backend.write_deadline());
+        let (backend, keys) = (self.backend, &self.keys);
+        // On the slot's own node (Cluster): the release that wakes us runs there.
+        let signalled = backend.topology.run(keys, bound, |node, _via| {
+            node.wait_grant_routed(&self.signal, block, precise, bound)
+        })?;
+        let Signal::Granted(fence) = signalled else {
+            // Woken or timed out, the next step is the same: try again.
+            return Ok(None);
+        };
+        let lease = RawLease::new(self.key.clone(), self.token, fence, self.ttl, self.renewed);
+        // `None`: the grant ran out before we could use it: wait on.
+        backend.settle_grant(keys, &self.token, self.ttl, lease, bound)
+    }
+
+    fn give_up(&mut self, error: Error) -> Result<RawLease> {
+        let bound = self.bound.unwrap_or_else(|| self.backend.write_deadline());
+        self.backend
+            .give_up(self.key, &self.keys, &self.token, self.ttl, bound, error)
+    }
+
+    fn heartbeat(&self) -> Option<Duration> {
+        Some(self.backend.heartbeat)
+    }
+}
+
 fn lost(key: &Key) -> Error {
     Error::Lost(format!(
         "key \"{key}\" no longer holds this lease's token (it expired, or another owner took it)"
@@ -416,20 +418,6 @@ impl LockBackend for RedisBackend {
             Attempt::Acquired(fence) => Ok(RawLease::new(key.clone(), token, fence, ttl, sent)),
             _ => Err(held_elsewhere(key)),
         }
-    }
-
-    fn acquire(&self, key: &Key, ttl: Ttl, wait: Duration) -> Result<RawLease> {
-        if !self.blocks_fractionally {
-            // Redis < 6 rounds BLPOP timeouts to whole seconds: poll instead.
-            return leasehold_core::wait::poll_acquire(self, key, ttl, wait);
-        }
-        let keys = self.keys(key);
-        // One token for every attempt of this call: it is the waiter's place in the queue, and the
-        // acquire script recognises it if a resent attempt finds its own earlier attempt succeeded.
-        let token = Token::generate()?;
-        // An error ends the wait at once (a caller must tell contention from a broken server); the
-        // place in the queue then lapses at its heartbeat deadline.
-        self.wait_for_turn(key, &keys, &token, ttl, wait)
     }
 
     fn release(&self, lease: &mut RawLease) -> Result<()> {
@@ -477,14 +465,37 @@ impl LockBackend for RedisBackend {
         }
     }
 
-    fn acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl, wait: Duration) -> Result<RawLease> {
-        match kind {
-            LeaseKind::Exclusive => self.acquire(key, ttl, wait),
-            other if !self.blocks_fractionally => {
-                leasehold_core::wait::poll_acquire_as(self, key, other, ttl, wait)
-            }
-            other => self.kinds().acquire_as(key, other, ttl, wait),
+    /// The lock's native FIFO wait (see the module docs), a share's or a permit's (`kinds.rs`).
+    fn waiter<'a>(
+        &'a self,
+        key: &'a Key,
+        kind: LeaseKind,
+        ttl: Ttl,
+    ) -> Result<Box<dyn Waiter + 'a>> {
+        if !self.blocks_fractionally {
+            // Redis < 6 rounds BLPOP timeouts to whole seconds: poll instead.
+            return Ok(Box::new(Polling::new(self, key, kind, ttl)));
         }
+        if kind != LeaseKind::Exclusive {
+            return self
+                .kinds()
+                .waiter(key, kind, ttl)
+                .map(|w| Box::new(w) as _);
+        }
+        let keys = self.keys(key);
+        // One token for every attempt of this call: it is the waiter's place in the queue, and the
+        // acquire script recognises it if a resent attempt finds its own earlier attempt succeeded.
+        let token = Token::generate()?;
+        Ok(Box::new(QueueWaiter {
+            backend: self,
+            key,
+            signal: keys.signal(&token),
+            keys,
+            token,
+            ttl,
+            bound: None,
+            renewed: Instant::now(),
+        }))
     }
 
     fn inspect_as(&self, key: &Key, kind: LeaseKind) -> Result<KeyInfo> {

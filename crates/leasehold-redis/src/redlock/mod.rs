@@ -66,7 +66,7 @@ use crate::kind_keys::SharedKeys;
 use crate::node::Node;
 use fanout::{Fanout, Timing};
 use kinds::NodeOp;
-use leasehold_core::wait::deadline_after;
+use leasehold_core::wait::{Polling, Waiter};
 use leasehold_core::{BackendConfig, Config, Deadline, Error, Key, KeyInfo, LockBackend};
 use leasehold_core::{LeaseKind, RawLease, Result};
 use leasehold_core::{Token, Ttl};
@@ -77,7 +77,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tally::{Taint, Tally};
-use wait::{poll_delay, seed, RecentContention, WAITER_TTL};
+use wait::{RecentContention, RoundWaiter};
 
 /// How much longer than its node calls' deadline a fan-out waits for their answers: scheduling slack
 /// for the worker threads on a loaded machine (a node call itself never runs past its deadline).
@@ -264,47 +264,19 @@ impl LockBackend for RedlockBackend {
         }
     }
 
-    fn acquire(&self, key: &Key, ttl: Ttl, wait: Duration) -> Result<RawLease> {
-        let began = Instant::now();
-        let deadline = deadline_after(wait);
-        // The whole call's bound: every round, give-back and fence write-back draws on it, so split
-        // votes with a hung node cannot add rounds of a full timeout each past the wait.
-        let bound = Deadline::for_acquire(wait, self.connect_timeout, self.io_timeout);
-        let keys = self.keys(key);
-        // One token for every round: a retry then finds its own leftovers granted, not held.
-        let token = Token::generate()?;
-        let mut rng = seed();
-        let courtesy = self.contended.courtesy(&keys).min(wait);
-        if !courtesy.is_zero() {
-            std::thread::sleep(courtesy);
+    /// Exclusive waiters rank themselves in the nodes' queues and poll by rank ([`RoundWaiter`]);
+    /// shares and permits poll (core's jittered backoff): Redlock's queues only rank exclusive
+    /// waiters, which is what gives a waiting writer precedence over new readers.
+    fn waiter<'a>(
+        &'a self,
+        key: &'a Key,
+        kind: LeaseKind,
+        ttl: Ttl,
+    ) -> Result<Box<dyn Waiter + 'a>> {
+        if kind != LeaseKind::Exclusive {
+            return Ok(Box::new(Polling::new(self, key, kind, ttl)));
         }
-        let queueing = Queueing::Wait {
-            waiter_ttl: WAITER_TTL,
-        };
-        let tainted = Taint::new(self.fanout.len());
-        loop {
-            // Once the wait is over, one more round, which also gives up our places in the queues
-            // (with what is left of the bound).
-            let last = Instant::now() >= deadline;
-            let mode = if last { Queueing::Last } else { queueing };
-            match self.round(key, &keys, &NodeOp::Lock, token, ttl, mode, bound, &tainted) {
-                Round::Granted(lease) => return Ok(lease),
-                Round::Down(e) => return Err(e),
-                Round::Refused(_, why, _) if last || bound.is_past() => {
-                    return Err(Error::NotAcquired(why))
-                }
-                Round::Refused(rank, _, _) => {
-                    let now = Instant::now();
-                    self.contended.note_contended(&keys);
-                    leasehold_core::stats::note_retry();
-                    if now >= deadline {
-                        continue;
-                    }
-                    let pause = poll_delay(rank, now.saturating_duration_since(began), &mut rng);
-                    std::thread::sleep(pause.min(deadline.saturating_duration_since(now)));
-                }
-            }
-        }
+        Ok(Box::new(RoundWaiter::new(self, key, ttl)?))
     }
 
     fn release(&self, lease: &mut RawLease) -> Result<()> {
@@ -448,15 +420,6 @@ impl LockBackend for RedlockBackend {
                 }
                 Round::Refused(_, why, _) => return Err(Error::NotAcquired(why)),
             }
-        }
-    }
-
-    /// Shares and permits poll (core's jittered backoff): Redlock's queues only rank exclusive
-    /// waiters, which is what gives a waiting writer precedence over new readers.
-    fn acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl, wait: Duration) -> Result<RawLease> {
-        match kind {
-            LeaseKind::Exclusive => self.acquire(key, ttl, wait),
-            other => leasehold_core::wait::poll_acquire_as(self, key, other, ttl, wait),
         }
     }
 

@@ -2,9 +2,14 @@
 //! polls, by its rank in the nodes' queues or else by how long it has waited, and the courtesy
 //! pause of a process that has just released a key its own waiters found contended.
 
-use crate::redlock::node::RedlockKeys;
+use crate::redlock::node::{Queueing, RedlockKeys};
+use crate::redlock::round::Round;
+use crate::redlock::tally::Taint;
+use crate::redlock::{kinds::NodeOp, RedlockBackend};
+use leasehold_core::wait::{Turn, Waiter, Wake};
+use leasehold_core::{Deadline, Error, Key, RawLease, Result, Token, Ttl};
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// A waiter's poll interval starts here, and shrinks in proportion to its wait once it has waited
@@ -28,6 +33,113 @@ const COURTESY: Duration = Duration::from_millis(4);
 const CONTENDED_FOR: Duration = Duration::from_secs(1);
 /// The contention memory is pruned past this many keys.
 const CONTENDED_KEYS: usize = 4096;
+
+/// An exclusive waiter: each attempt is a round on every node under one token (a retry then finds
+/// its own leftovers granted, not held), which also ranks it in the nodes' queues; in between it
+/// sleeps by rank ([`poll_delay`]).
+pub(crate) struct RoundWaiter<'a> {
+    backend: &'a RedlockBackend,
+    key: &'a Key,
+    keys: Arc<RedlockKeys>,
+    token: Token,
+    ttl: Ttl,
+    began: Instant,
+    rng: fastrand::Rng,
+    tainted: Taint,
+    /// The whole call's bound, from the wait's end: every round, give-back and fence write-back
+    /// draws on it, so split votes with a hung node cannot add rounds of a full timeout each past
+    /// the wait.
+    bound: Option<Deadline>,
+    /// Our place in the nodes' queues, as the latest round said.
+    rank: Option<u64>,
+    /// Why the latest round was refused.
+    refused: Option<String>,
+}
+
+impl<'a> RoundWaiter<'a> {
+    pub(crate) fn new(backend: &'a RedlockBackend, key: &'a Key, ttl: Ttl) -> Result<Self> {
+        Ok(RoundWaiter {
+            backend,
+            key,
+            keys: backend.keys(key),
+            token: Token::generate()?,
+            ttl,
+            began: Instant::now(),
+            rng: seed(),
+            tainted: Taint::new(backend.fanout.len()),
+            bound: None,
+            rank: None,
+            refused: None,
+        })
+    }
+}
+
+impl Waiter for RoundWaiter<'_> {
+    fn attempt(&mut self, last: bool, end: Instant) -> Result<Turn> {
+        let backend = self.backend;
+        let bound = match self.bound {
+            Some(bound) => bound,
+            None => {
+                let (connect, io) = (backend.connect_timeout, backend.io_timeout);
+                let courtesy = backend
+                    .contended
+                    .courtesy(&self.keys)
+                    .min(end.saturating_duration_since(Instant::now()));
+                if !courtesy.is_zero() {
+                    std::thread::sleep(courtesy);
+                }
+                *self
+                    .bound
+                    .insert(Deadline::for_acquire_until(end, connect, io))
+            }
+        };
+        if let (true, Some(why)) = (bound.is_past(), &self.refused) {
+            // No time is left for another round (split votes with a hung node used it up).
+            return Err(Error::NotAcquired(why.clone()));
+        }
+        // The final round also gives up our places in the queues (with what is left of the bound).
+        let queueing = if last {
+            Queueing::Last
+        } else {
+            Queueing::Wait {
+                waiter_ttl: WAITER_TTL,
+            }
+        };
+        let (key, keys, token) = (self.key, &self.keys, self.token);
+        let round = backend.round(
+            key,
+            keys,
+            &NodeOp::Lock,
+            token,
+            self.ttl,
+            queueing,
+            bound,
+            &self.tainted,
+        );
+        match round {
+            Round::Granted(lease) => Ok(Turn::Granted(lease)),
+            Round::Down(e) => Err(e),
+            Round::Refused(_, why, _) if last => Err(Error::NotAcquired(why)),
+            Round::Refused(rank, why, _) => {
+                backend.contended.note_contended(keys);
+                self.rank = rank;
+                self.refused = Some(why);
+                Ok(Turn::NotYet { holder_left: None })
+            }
+        }
+    }
+
+    fn block(&mut self, wake: Wake) -> Result<Option<RawLease>> {
+        if self.bound.is_some_and(|b| b.is_past()) {
+            // The bound is spent: the next attempt refuses at once.
+            return Ok(None);
+        }
+        let waited = Instant::now().saturating_duration_since(self.began);
+        let pause = poll_delay(self.rank, waited, &mut self.rng);
+        std::thread::sleep(pause.min(wake.left()));
+        Ok(None)
+    }
+}
 
 /// Keys this process's waiters recently found held, and when this process last released each.
 #[derive(Debug, Default)]
