@@ -150,6 +150,14 @@ impl LeaseCell {
     }
 }
 
+/// When keep-alive renews a lease next: at a third of its TTL, or sooner when the backend relies on
+/// the lease for less than its TTL (PostgreSQL advisory: only as long as the session is proven
+/// alive), so the holder's belief never lapses between two renewals.
+fn renew_after(state: &LeaseState) -> Duration {
+    let third = (state.ttl.as_duration() / 3).min(state.raw.remaining() / 3);
+    third.max(Duration::from_millis(5))
+}
+
 impl Renew for LeaseCell {
     /// One keep-alive renewal, run by the shared thread.
     fn renew(&self) -> Next {
@@ -163,7 +171,7 @@ impl Renew for LeaseCell {
             Ok(()) => {
                 self.stats.count(Event::KeepAliveRenewal);
                 state.keep_alive_error = None;
-                Next::At(Instant::now() + ttl.as_duration() / 3)
+                Next::At(Instant::now() + renew_after(&state))
             }
             Err(e) => {
                 self.stats.count(Event::KeepAliveFailure);
@@ -296,7 +304,7 @@ impl Lease {
         state.keep_alive = enabled;
         if enabled && !state.renewing {
             state.renewing = true;
-            let due = Instant::now() + state.ttl.as_duration() / 3;
+            let due = Instant::now() + renew_after(&state);
             keepalive::registry().add(Entry {
                 lease: Arc::downgrade(&self.cell) as Weak<dyn Renew>,
                 due,

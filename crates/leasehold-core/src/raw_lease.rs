@@ -115,6 +115,13 @@ impl RawLease {
         self.deadline = self.deadline.min(sent.saturating_add(valid));
     }
 
+    /// Relies on the lease no later than `at`, whatever its TTL: for a backend that knows the key
+    /// may be freed sooner (PostgreSQL advisory: a session silent for so long is ended by the
+    /// server, freeing its locks).
+    pub fn cap_at(&mut self, at: Instant) {
+        self.deadline = self.deadline.min(BootTime::from_instant(at));
+    }
+
     /// Marks the lease as expired now (it was found lost).
     pub fn expire(&mut self) {
         self.deadline = self.deadline.min(BootTime::now());
