@@ -8,9 +8,9 @@
 
 use crate::lock_id::{lock_id, semaphore_internal, semaphore_slot_sql};
 use crate::session::{describe, keep_detached, last_value, number, Conn, Failure, Pools, Prepared};
-use crate::waiting::{bounded_wait, enter_queue, join_queue, unlock_all, wait_at_head, Attempt};
+use crate::waiting::{bounded_wait, hold_place, join_queue, unlock_all, Line};
 use crate::{acquiring, call_rows, timed, with_session, Ask};
-use leasehold_core::wait::held_elsewhere;
+use leasehold_core::wait::{held_elsewhere, Pause, Turn, Waiter, Wake};
 use leasehold_core::Deadline;
 use leasehold_core::{Error, Key, KeyInfo, LeaseKind, Permits, RawLease, Result, Token, Ttl};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -114,10 +114,14 @@ impl Advisory {
     /// exclusive request waits in the server's queue: the lock manager checks a conditional
     /// request against the waiters' modes too (`waitMask`), which is the writer preference we want.
     pub fn try_acquire(&self, ask: &Ask, shared: bool) -> Result<RawLease> {
+        self.try_by(ask, shared, ask.pools.call())
+    }
+
+    /// [`Advisory::try_acquire`] within `deadline`.
+    fn try_by(&self, ask: &Ask, shared: bool, deadline: Deadline) -> Result<RawLease> {
         let id = lock_id(&ask.prefixed);
         let ms = ask.ttl.as_millis().to_string();
         let sql = &self.sql.try_lock[usize::from(shared)];
-        let deadline = ask.pools.call();
         let (mut conn, sent, rows) = acquiring(ask.pools, deadline, "advisory lock", |s| {
             s.query(sql, &[&id, &ms], deadline)
         })?;
@@ -127,15 +131,17 @@ impl Advisory {
         }
     }
 
-    /// The server's lock queue does the waiting: `pg_advisory_lock` under `lock_timeout`, no polling.
-    pub fn acquire(&self, ask: &Ask, wait: Duration, shared: bool) -> Result<RawLease> {
+    /// The attempt of a waiting acquire: the server's lock queue does the waiting,
+    /// `pg_advisory_lock` under `lock_timeout` until `end`, no polling. `call` bounds the round
+    /// trip (the whole acquire's bound).
+    fn wait_for_lock(&self, ask: &Ask, shared: bool, end: Instant, call: Deadline) -> Result<Turn> {
         let id = lock_id(&ask.prefixed);
         let lock = if shared {
             "pg_advisory_lock_shared"
         } else {
             "pg_advisory_lock"
         };
-        let deadline = Deadline::for_acquire(wait, ask.pools.connect_timeout, ask.pools.io_timeout);
+        let wait = end.saturating_duration_since(Instant::now());
         // The fence is drawn only once the lock is granted, so fences follow the order of holders.
         // The last column is how long the server waited, to date the TTL from the grant.
         let sql = format!(
@@ -147,7 +153,7 @@ impl Advisory {
             ask.ttl.as_millis()
         );
         // The client's bound is the whole call's, so the server's lock_timeout ends a wait first.
-        let (mut conn, result) = timed(ask.pools, deadline, |s| s.rows_waiting(&sql, deadline))?;
+        let (mut conn, result) = timed(ask.pools, call, |s| s.rows_waiting(&sql, call))?;
         match result {
             Ok((sent, rows)) => {
                 let fence = number::<i64>(last_value(&rows, 0));
@@ -163,11 +169,12 @@ impl Advisory {
                 let granted = sent
                     .checked_add(Duration::from_micros(waited_us))
                     .unwrap_or(sent);
-                self.lease(conn, id, ask.key, fence, ask.ttl, granted, shared, None)
+                let lease = self.lease(conn, id, ask.key, fence, ask.ttl, granted, shared, None)?;
+                Ok(Turn::Granted(lease))
             }
             Err(e) if e.code() == Some("55P03") => {
-                unlock_all(&mut conn, deadline);
-                Err(held_elsewhere(ask.key))
+                unlock_all(&mut conn, call);
+                Ok(Turn::NotYet { holder_left: None })
             }
             Err(e) => {
                 conn.poisoned = true;
@@ -394,7 +401,7 @@ impl Advisory {
 
     /// One attempt at a permit: the first free slot in a rotating order, all in one statement.
     pub fn try_acquire_permit(&self, ask: &Ask, permits: Permits) -> Result<RawLease> {
-        let sql = self.permit_attempt(&ask.prefixed, permits, ask.ttl, None);
+        let sql = self.permit_attempt(&ask.prefixed, permits, ask.ttl, false, None);
         let deadline = ask.pools.call();
         let (mut conn, sent, rows) = acquiring(ask.pools, deadline, "semaphore slot lock", |s| {
             s.rows(&sql, deadline)
@@ -405,93 +412,29 @@ impl Advisory {
         }
     }
 
-    /// Waits for a permit: waiters queue FIFO on the semaphore's queue lock (the server's lock
-    /// queue); the first LISTENs on the semaphore's channel, which a release notifies, and tries
-    /// again then. A holder whose session ended (its TTL, a crash) notifies nobody, so the first
-    /// waiter also looks every [`PERMIT_RECHECK`].
-    pub fn acquire_permit(&self, ask: &Ask, permits: Permits, wait: Duration) -> Result<RawLease> {
-        let (queue, channel) = semaphore_internal("queue", "", &ask.prefixed);
-        let until = leasehold_core::wait::deadline_after(wait);
-        let call = Deadline::for_acquire(wait, ask.pools.connect_timeout, ask.pools.io_timeout);
-        // First: a slot only if nobody waits (so a newcomer never cuts in front of waiters).
-        let first = format!(
-            "SELECT set_config('leasehold.head', pg_try_advisory_lock({queue})::text, true); {}",
-            self.permit_attempt(&ask.prefixed, permits, ask.ttl, Some(queue))
-        );
-        let (mut conn, sent, statements) =
-            acquiring(ask.pools, call, "semaphore slot lock", |s| {
-                s.statements(&first, call)
-            })?;
-        let head = statements
-            .first()
-            .and_then(|rows| last_value(rows, 0))
-            .map(|h| h == "true");
-        let rows = statements.into_iter().last().unwrap_or_default();
-        if let Some((fence, id)) = unreadable_poisons(&mut conn, self.permit_granted(&rows))? {
-            return self.permit_lease(conn, ask, id, fence, permits, sent);
-        }
-        let enter = join_queue(
-            (head == Some(true)).then_some(""),
-            queue,
-            &channel,
-            until,
-            ask.pools.io_timeout,
-        );
-        if !enter_queue(&mut conn, ask.pools, &enter, call, "wait for a permit")? {
-            return Err(no_permit(ask.key, permits));
-        }
-        let granted = wait_at_head(&mut conn, ask.pools, until, "wait for a permit", |conn| {
-            let sql = self.permit_attempt(&ask.prefixed, permits, ask.ttl, None);
-            let sent = Instant::now();
-            let rows = match conn.rows(&sql, call) {
-                Ok(rows) => rows,
-                Err(e) => return Err(ask.pools.failed("semaphore slot lock", &e)),
-            };
-            Ok(match self.permit_granted(&rows)? {
-                Some((fence, id)) => Attempt::Granted((fence, id, sent)),
-                None => Attempt::NotYet(Ok(PERMIT_RECHECK)),
-            })
-        })?;
-        let outcome = granted.ok_or_else(|| no_permit(ask.key, permits));
-        // Leaving the queue lets the next waiter move up. If it fails the session is closed,
-        // which frees the queue (and the slot: no lease is handed out then).
-        let leave = format!("UNLISTEN \"{channel}\"; SELECT pg_advisory_unlock({queue})");
-        let left = conn.rows(&leave, call).is_ok();
-        match outcome {
-            Ok((fence, id, sent)) if left => {
-                conn.poisoned = false;
-                self.permit_lease(conn, ask, id, fence, permits, sent)
-            }
-            Ok(_) => Err(ask.pools.unavailable(
-                "PostgreSQL did not answer while leaving the semaphore's queue; the permit was given back",
-            )),
-            Err(e) => {
-                conn.poisoned = !left;
-                Err(e)
-            }
-        }
-    }
-
     /// The statement that takes the first free slot from a rotating start (`pg_try_advisory_lock`
     /// per slot, stopping at the first granted: LIMIT 1 over a lazily filtered scan), then draws
-    /// the fence and sets the session's idle timeout. With `only_if`, only while this session
-    /// holds that advisory lock (the queue, just taken).
+    /// the fence and sets the session's idle timeout. `gated`: only while the statement before
+    /// found nobody waiting (see [`Advisory::permit_first`]); with `give_back`, that statement took
+    /// this queue lock for the session, and a grant gives it back.
     fn permit_attempt(
         &self,
         prefixed: &[u8],
         permits: Permits,
         ttl: Ttl,
-        only_if: Option<i64>,
+        gated: bool,
+        give_back: Option<i64>,
     ) -> String {
         let n = permits.get();
         let start = self.rotation.fetch_add(1, Ordering::Relaxed) % n;
         // The gate is what the statement before set (same implicit transaction): whether it took
         // the queue lock, that is, whether nobody waits.
-        let gate = match only_if {
-            Some(_) => "current_setting('leasehold.head', true) = 'true'",
-            None => "true",
+        let gate = if gated {
+            "current_setting('leasehold.head', true) = 'true'"
+        } else {
+            "true"
         };
-        let leave = match only_if {
+        let leave = match give_back {
             Some(queue) => {
                 format!(", CASE WHEN f IS NOT NULL THEN pg_advisory_unlock({queue}) END")
             }
@@ -508,6 +451,30 @@ impl Advisory {
             fence = fence_expr(self.fence_seq),
             slot = semaphore_slot_sql(prefixed, &format!("(i + {start}) % {n}")),
             last = n - 1,
+        )
+    }
+
+    /// The attempt of a newcomer: a slot only if nobody waits (so a newcomer never cuts in front
+    /// of waiters). With `keep`, the queue lock it takes to tell is kept when no slot is granted:
+    /// the session is the queue's head from then on, and gets a queued session's short idle
+    /// timeout ([`hold_place`]) in the same statement, so it is never idle in the queue without it
+    /// (a grant sets the lease's TTL instead, after it). Without, the lock is the transaction's.
+    /// The first statement's first column says whether it took the queue lock.
+    fn permit_first(&self, ask: &Ask, permits: Permits, queue: i64, keep: bool) -> String {
+        let first = if keep {
+            format!(
+                "SELECT set_config('leasehold.head', h::text, true), CASE WHEN h THEN {} END \
+                 FROM (SELECT pg_try_advisory_lock({queue}) AS h OFFSET 0) s",
+                hold_place()
+            )
+        } else {
+            format!(
+                "SELECT set_config('leasehold.head', pg_try_advisory_xact_lock({queue})::text, true)"
+            )
+        };
+        format!(
+            "{first}; {}",
+            self.permit_attempt(&ask.prefixed, permits, ask.ttl, true, keep.then_some(queue))
         )
     }
 
@@ -540,6 +507,200 @@ impl Advisory {
         Ok(self
             .lease(conn, id, key, fence, ttl, sent, false, Some(channel))?
             .with_kind(LeaseKind::Permit(permits)))
+    }
+}
+
+/// The waiting acquire of an exclusive or shared lock: its attempts wait in the server's lock queue
+/// ([`Advisory::wait_for_lock`]) until the wait's end; the final one only tries. Nothing to wait on
+/// between attempts (an attempt only ends early at the wait's end), so it just sleeps then.
+pub(crate) struct LockWaiter<'a> {
+    advisory: &'a Advisory,
+    ask: Ask<'a>,
+    shared: bool,
+    call: Option<Deadline>,
+    pause: Pause,
+}
+
+impl<'a> LockWaiter<'a> {
+    pub fn new(advisory: &'a Advisory, ask: Ask<'a>, shared: bool) -> LockWaiter<'a> {
+        LockWaiter {
+            advisory,
+            ask,
+            shared,
+            call: None,
+            pause: Pause::new(),
+        }
+    }
+}
+
+impl Waiter for LockWaiter<'_> {
+    fn attempt(&mut self, last: bool, end: Instant) -> Result<Turn> {
+        let pools = self.ask.pools;
+        // The whole call's bound (wait + connect + I/O), for every round trip of the call.
+        let call = *self.call.get_or_insert_with(|| {
+            Deadline::for_acquire_until(end, pools.connect_timeout, pools.io_timeout)
+        });
+        if !last {
+            return self
+                .advisory
+                .wait_for_lock(&self.ask, self.shared, end, call);
+        }
+        match self.advisory.try_by(&self.ask, self.shared, call) {
+            Ok(lease) => Ok(Turn::Granted(lease)),
+            Err(Error::NotAcquired(_)) => Ok(Turn::NotYet { holder_left: None }),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn block(&mut self, wake: Wake) -> Result<Option<RawLease>> {
+        self.pause.sleep(wake);
+        Ok(None)
+    }
+}
+
+/// The waiting acquire of a permit: waiters queue FIFO on the semaphore's queue lock (the server's
+/// lock queue); the first LISTENs on the semaphore's channel, which a release notifies, and tries
+/// again then. A holder whose session ended (its TTL, a crash) notifies nobody, so the first
+/// waiter also looks every [`PERMIT_RECHECK`].
+pub(crate) struct PermitWaiter<'a> {
+    advisory: &'a Advisory,
+    ask: Ask<'a>,
+    permits: Permits,
+    line: Line<'a>,
+}
+
+impl<'a> PermitWaiter<'a> {
+    pub fn new(advisory: &'a Advisory, ask: Ask<'a>, permits: Permits) -> PermitWaiter<'a> {
+        let (queue, channel) = semaphore_internal("queue", "", &ask.prefixed);
+        let line = Line::new(ask.pools, queue, channel, "wait for a permit");
+        PermitWaiter {
+            advisory,
+            ask,
+            permits,
+            line,
+        }
+    }
+
+    /// A newcomer's attempt ([`Advisory::permit_first`]), then, not granted, into the queue (which
+    /// may wait in the server's lock queue until `end`). `None` once it is the queue's head.
+    fn enter(&mut self, end: Instant, call: Deadline) -> Result<Option<Turn>> {
+        let (ask, permits, queue) = (&self.ask, self.permits, self.line.queue);
+        let first = self.advisory.permit_first(ask, permits, queue, true);
+        let (mut conn, sent, statements) =
+            acquiring(ask.pools, call, "semaphore slot lock", |s| {
+                s.statements(&first, call)
+            })?;
+        let head = statements
+            .first()
+            .and_then(|rows| last_value(rows, 0))
+            .map(|h| h == "true");
+        let rows = statements.into_iter().last().unwrap_or_default();
+        if let Some((fence, id)) =
+            unreadable_poisons(&mut conn, self.advisory.permit_granted(&rows))?
+        {
+            let lease = self
+                .advisory
+                .permit_lease(conn, ask, id, fence, permits, sent)?;
+            return Ok(Some(Turn::Granted(lease)));
+        }
+        let enter = join_queue(
+            (head == Some(true)).then_some(""),
+            queue,
+            &self.line.channel,
+            end,
+            ask.pools.io_timeout,
+        );
+        if !self.line.enter(conn, &enter, call)? {
+            return Ok(Some(Turn::NotYet { holder_left: None }));
+        }
+        Ok(None)
+    }
+
+    /// An attempt of the queue's head; refused in the final one, it leaves the queue.
+    fn at_head(&mut self, last: bool, call: Deadline) -> Result<Turn> {
+        let (ask, permits) = (&self.ask, self.permits);
+        let sql = self
+            .advisory
+            .permit_attempt(&ask.prefixed, permits, ask.ttl, false, None);
+        let Some(conn) = self.line.attempting() else {
+            return Ok(Turn::NotYet { holder_left: None });
+        };
+        let sent = Instant::now();
+        let rows = conn
+            .rows(&sql, call)
+            .map_err(|e| ask.pools.failed("semaphore slot lock", &e))?;
+        let (channel, queue) = (&self.line.channel, self.line.queue);
+        match self.advisory.permit_granted(&rows)? {
+            Some((fence, id)) => {
+                // Leaving the queue lets the next waiter move up. If it fails the session is
+                // closed, which frees the queue (and the slot: no lease is handed out then). The
+                // grant gave the session the lease's TTL as its idle timeout already.
+                let leave = format!("UNLISTEN \"{channel}\"; SELECT pg_advisory_unlock({queue})");
+                match self.line.leave(&leave, call) {
+                    Some((conn, true)) => Ok(Turn::Granted(
+                        self.advisory
+                            .permit_lease(conn, ask, id, fence, permits, sent)?,
+                    )),
+                    _ => Err(ask.pools.unavailable(
+                        "PostgreSQL did not answer while leaving the semaphore's queue; the permit \
+                         was given back",
+                    )),
+                }
+            }
+            None if last => {
+                // Back to the pool with no idle timeout, as after a release; closed if this fails.
+                let leave = format!(
+                    "UNLISTEN \"{channel}\"; SELECT pg_advisory_unlock({queue}), \
+                     set_config('idle_session_timeout', '0', false)"
+                );
+                drop(self.line.leave(&leave, call));
+                Ok(Turn::NotYet { holder_left: None })
+            }
+            None => Ok(Turn::NotYet { holder_left: None }),
+        }
+    }
+}
+
+impl Waiter for PermitWaiter<'_> {
+    fn attempt(&mut self, last: bool, end: Instant) -> Result<Turn> {
+        let call = self.line.call(end);
+        if !self.line.is_head() {
+            if last {
+                // One last look, as a newcomer that does not queue.
+                let first =
+                    self.advisory
+                        .permit_first(&self.ask, self.permits, self.line.queue, false);
+                let (mut conn, sent, statements) =
+                    acquiring(self.ask.pools, call, "semaphore slot lock", |s| {
+                        s.statements(&first, call)
+                    })?;
+                let rows = statements.into_iter().last().unwrap_or_default();
+                let granted = self.advisory.permit_granted(&rows);
+                return Ok(match unreadable_poisons(&mut conn, granted)? {
+                    Some((fence, id)) => Turn::Granted(self.advisory.permit_lease(
+                        conn,
+                        &self.ask,
+                        id,
+                        fence,
+                        self.permits,
+                        sent,
+                    )?),
+                    None => Turn::NotYet { holder_left: None },
+                });
+            }
+            if let Some(turn) = self.enter(end, call)? {
+                return Ok(turn);
+            }
+        }
+        self.at_head(last, call)
+    }
+
+    fn block(&mut self, wake: Wake) -> Result<Option<RawLease>> {
+        self.line.block(wake)
+    }
+
+    fn heartbeat(&self) -> Option<Duration> {
+        self.line.heartbeat().map(|beat| beat.min(PERMIT_RECHECK))
     }
 }
 

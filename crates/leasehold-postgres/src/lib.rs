@@ -90,6 +90,11 @@
 //! * After `fork()`, a child gets sessions of its own (core's pool never uses nor closes a parent's
 //!   sessions in a child); leases copied from the parent give `Lost` in the child and never touch the
 //!   parent's session or row. Sessions start no threads (a name lookup runs on a short-lived thread).
+//! * Waiting: every waiting acquire runs core's one wait loop over the mode's waiter. Where waiters
+//!   queue on an advisory lock (table mode, advisory semaphores), the queue's head is idle between
+//!   attempts, so its session has a short `idle_session_timeout` while it is queued (3 s) and it
+//!   makes an attempt at least every 500 ms: a head that stops (SIGSTOP, a wedged process) has its
+//!   session ended by the server, and the next waiter moves up, within about 3 s.
 //! * Requires PostgreSQL 14 or later (`idle_session_timeout`).
 //!
 //! # Shared locks and semaphores
@@ -150,17 +155,18 @@ mod waiting;
 
 pub use lock_id::{lock_id, semaphore_slot_id};
 
-use advisory::Advisory;
+use advisory::{Advisory, LockWaiter, PermitWaiter};
 use ask::Ask;
 use leasehold_core::config::{BackendConfig, PostgresLockMode};
+use leasehold_core::wait::Waiter;
 use leasehold_core::Deadline;
 use leasehold_core::{
     Config, Error, Key, KeyInfo, LeaseKind, LockBackend, RawLease, Result, Token, Ttl,
 };
 use session::{last_value, number, Conn, Failure, Pools, Session};
 use std::fmt;
-use std::time::{Duration, Instant};
-use table::Table;
+use std::time::Instant;
+use table::{QueueWaiter, Table};
 use tokio_postgres::SimpleQueryRow;
 
 /// The sequence advisory mode draws fences from.
@@ -275,17 +281,6 @@ impl LockBackend for PostgresBackend {
         }
     }
 
-    fn acquire(&self, key: &Key, ttl: Ttl, wait: Duration) -> Result<RawLease> {
-        if wait.is_zero() {
-            return self.try_acquire(key, ttl);
-        }
-        let ask = self.ask(key, ttl);
-        match &self.mode {
-            Mode::Advisory(a) => a.acquire(&ask, wait, false),
-            Mode::Table(t) => t.acquire(&ask, wait),
-        }
-    }
-
     fn try_acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl) -> Result<RawLease> {
         if kind == LeaseKind::Exclusive {
             return self.try_acquire(key, ttl);
@@ -304,25 +299,32 @@ impl LockBackend for PostgresBackend {
         }
     }
 
-    fn acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl, wait: Duration) -> Result<RawLease> {
-        if wait.is_zero() {
-            return self.try_acquire_as(key, kind, ttl);
-        }
-        if kind == LeaseKind::Exclusive {
-            return self.acquire(key, ttl, wait);
-        }
+    /// Each mode's way to wait, driven by core's one wait loop: advisory locks wait in the
+    /// server's lock queue inside an attempt; table mode and advisory semaphores queue on an
+    /// advisory lock and LISTEN at the queue's head (`waiting.rs`).
+    fn waiter<'a>(
+        &'a self,
+        key: &'a Key,
+        kind: LeaseKind,
+        ttl: Ttl,
+    ) -> Result<Box<dyn Waiter + 'a>> {
         let ask = self.ask(key, ttl);
-        match (&self.mode, kind) {
-            (Mode::Advisory(a), LeaseKind::Shared) => a.acquire(&ask, wait, true),
-            (Mode::Advisory(a), LeaseKind::Permit(n)) => a.acquire_permit(&ask, n, wait),
-            (Mode::Table(t), LeaseKind::Shared) => t.acquire_shared(&ask, wait),
-            (Mode::Table(t), LeaseKind::Permit(n)) => t.acquire_permit(&ask, n, wait),
-            (_, other) => Err(Error::invalid(format!(
-                "the {} backend does not offer {} leases",
-                self.name(),
-                other.name()
-            ))),
-        }
+        Ok(match (&self.mode, kind) {
+            (Mode::Advisory(a), LeaseKind::Exclusive) => Box::new(LockWaiter::new(a, ask, false)),
+            (Mode::Advisory(a), LeaseKind::Shared) => Box::new(LockWaiter::new(a, ask, true)),
+            (Mode::Advisory(a), LeaseKind::Permit(n)) => Box::new(PermitWaiter::new(a, ask, n)),
+            (
+                Mode::Table(t),
+                kind @ (LeaseKind::Exclusive | LeaseKind::Shared | LeaseKind::Permit(_)),
+            ) => Box::new(QueueWaiter::new(t, ask, kind)),
+            (_, other) => {
+                return Err(Error::invalid(format!(
+                    "the {} backend does not offer {} leases",
+                    self.name(),
+                    other.name()
+                )))
+            }
+        })
     }
 
     fn inspect_as(&self, key: &Key, kind: LeaseKind) -> Result<KeyInfo> {
@@ -495,6 +497,7 @@ fn fence_sequence(session: &mut Session, deadline: Deadline) -> std::result::Res
 mod tests {
     use super::*;
     use leasehold_testkit::{unique_key, PostgresServer};
+    use std::time::Duration;
 
     #[test]
     fn a_detached_session_is_closed_once_its_ttl_has_passed() {

@@ -11,15 +11,17 @@
 //! `VALUES`, as `EXCLUDED.fence`, it would be taken before the row lock, and an acquirer that drew
 //! first but was granted last would commit the smaller fence.) See the crate docs for the value.
 //!
-//! Waiting: waiters for a key queue on an advisory lock of their own (FIFO, by the server); only the
-//! first LISTENs on the key's channel, which a release NOTIFYs, and it also wakes at the holder's expiry
-//! in case the holder died. One release wakes one waiter.
+//! Waiting ([`QueueWaiter`], driven by core's wait loop): waiters for a key queue on an advisory lock
+//! of their own (FIFO, by the server); only the first LISTENs on the key's channel, which a release
+//! NOTIFYs, and it also wakes at the holder's expiry in case the holder died, and at every
+//! heartbeat, so that a head that stops is dropped from the queue (see `waiting.rs`). One release
+//! wakes one waiter.
 
 use crate::lock_id::{hex, semaphore_internal, wait_queue};
-use crate::session::{describe, last_value, number, Failure, Pools, Session};
-use crate::waiting::{bounded_wait, enter_queue, join_queue, wait_at_head, Attempt};
+use crate::session::{describe, last_value, number, Conn, Failure, Pools, Session};
+use crate::waiting::{bounded_wait, hold_place, join_queue, Line};
 use crate::{acquiring, call_rows, created_meanwhile, timed, with_session, Ask};
-use leasehold_core::wait::held_elsewhere;
+use leasehold_core::wait::{held_elsewhere, Turn, Waiter, Wake};
 use leasehold_core::{
     Deadline, Error, Key, KeyInfo, LeaseKind, Permits, RawLease, Result, Token, Ttl,
 };
@@ -31,6 +33,7 @@ use tokio_postgres::SimpleQueryRow;
 /// How often a backend deletes rows that crashed holders left behind (released rows go at once).
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
 /// How long a waiter naps when it could not learn the holder's expiry (a row it cannot see yet).
+/// Core wakes it [`leasehold_core::wait::EXPIRY_MARGIN`] later.
 const UNKNOWN_HOLDER_NAP: Duration = Duration::from_millis(5);
 
 #[derive(Debug)]
@@ -189,99 +192,6 @@ impl Table {
                 self.draw_fence(&key_hex, token)
             )
         })
-    }
-
-    pub fn acquire(&self, ask: &Ask, wait: Duration) -> Result<RawLease> {
-        let io_timeout = ask.pools.io_timeout;
-        // `deadline` ends the wait; `call` bounds every round trip of the whole call.
-        let deadline = leasehold_core::wait::deadline_after(wait);
-        let call = Deadline::for_acquire(wait, ask.pools.connect_timeout, io_timeout);
-        let (queue, channel) = wait_queue(&self.name, &ask.prefixed);
-        let key_hex = hex(&ask.prefixed);
-
-        // First, in one round trip: take the key only if nobody is queued for it (so a newcomer never
-        // cuts in front of waiters), and say whether we are now first in the queue.
-        let first_token = Token::generate()?;
-        let first = format!(
-            "WITH head AS MATERIALIZED (SELECT pg_try_advisory_lock({queue}) AS h), \
-                  acquired AS ({}) \
-             SELECT h, a.ok, CASE WHEN a.ok THEN pg_advisory_unlock({queue}) END \
-             FROM head, (SELECT (SELECT ok FROM acquired) AS ok) a; {}",
-            self.insert_when(&key_hex, first_token, ask.ttl, "FROM head WHERE h"),
-            self.draw_fence(&key_hex, first_token)
-        );
-        let (mut conn, sent, statements) = acquiring(ask.pools, call, "acquire", |s| {
-            s.statements(&self.bounded(&first), call)
-        })?;
-        let fence = number::<i64>(fence_of(&statements))?;
-        let rows = statements.into_iter().rev().nth(1).unwrap_or_default();
-        if let Some(fence) = fence {
-            let lease = new_lease(
-                ask.key,
-                first_token,
-                fence,
-                ask.ttl,
-                sent,
-                LeaseKind::Exclusive,
-            );
-            return Ok(lease);
-        }
-        let head = (last_value(&rows, 0) == Some("t")).then_some(self.bound.as_str());
-        let enter = join_queue(head, queue, &channel, deadline, io_timeout);
-        if !enter_queue(&mut conn, ask.pools, &enter, call, "wait for the key")? {
-            // Timed out in the queue; the statement rolled back, the session is clean.
-            return Err(held_elsewhere(ask.key));
-        }
-
-        // First in the queue, listening. The holder's row as the statement's snapshot saw it says
-        // when to wake up at the latest, in case the holder died and nobody will notify.
-        // On success the same statement leaves the queue, so the next waiter moves up at once.
-        let attempt = |token: Token| {
-            format!(
-                "WITH acquired AS ({}) \
-                 SELECT a.ok, \
-                        (SELECT ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint \
-                         FROM {} WHERE key = decode('{key_hex}', 'hex')), \
-                        CASE WHEN a.ok THEN pg_advisory_unlock({queue}) END \
-                 FROM (SELECT (SELECT ok FROM acquired) AS ok) a; {}",
-                self.insert(&key_hex, token, ask.ttl),
-                self.quoted,
-                self.draw_fence(&key_hex, token)
-            )
-        };
-        let granted = wait_at_head(&mut conn, ask.pools, deadline, "wait for the key", |conn| {
-            let token = Token::generate()?;
-            let sql = attempt(token);
-            let sent = Instant::now();
-            let statements = match conn.statements(&self.bounded(&sql), call) {
-                Ok(st) => st,
-                Err(e) => return Err(ask.pools.failed("acquire", &e)),
-            };
-            let fence = number::<i64>(fence_of(&statements))?;
-            let rows = statements.into_iter().rev().nth(1).unwrap_or_default();
-            Ok(match fence {
-                Some(fence) => Attempt::Granted(new_lease(
-                    ask.key,
-                    token,
-                    fence,
-                    ask.ttl,
-                    sent,
-                    LeaseKind::Exclusive,
-                )),
-                None => Attempt::NotYet(holder_nap(number::<i64>(last_value(&rows, 1)))),
-            })
-        })?;
-        let outcome = granted.ok_or_else(|| held_elsewhere(ask.key));
-        // If leaving fails, the session is closed (poisoned), which also ends its LISTEN and frees
-        // the queue; a lease got here is ours either way.
-        let leave = match outcome {
-            Ok(_) => format!("UNLISTEN \"{channel}\""),
-            Err(_) => format!("UNLISTEN \"{channel}\"; SELECT pg_advisory_unlock({queue})"),
-        };
-        if conn.rows(&self.bounded(&leave), call).is_ok() {
-            conn.poisoned = false;
-        }
-        outcome
     }
 
     pub fn release(&self, pools: &Pools, lease: &mut RawLease) -> Result<()> {
@@ -475,13 +385,13 @@ fn new_lease(
     owned(RawLease::new(key.clone(), token, fence as u64, ttl, sent).with_kind(kind))
 }
 
-/// How long the queue's head waits at most for a notification: until just after the holder's
-/// expiry, `ms` as the attempt saw it, or [`UNKNOWN_HOLDER_NAP`] when it saw no holder's row.
-fn holder_nap(ms: Result<Option<i64>>) -> Result<Duration> {
-    Ok(match ms? {
-        Some(ms) => Duration::from_millis((ms.max(0) as u64).saturating_add(1)),
+/// The holder's time left as an attempt saw it, `ms`, or [`UNKNOWN_HOLDER_NAP`] when it saw no
+/// holder's row: the queue's head wakes by then at the latest.
+fn holder_left(ms: Option<i64>) -> Duration {
+    match ms {
+        Some(ms) => Duration::from_millis(ms.max(0) as u64),
         None => UNKNOWN_HOLDER_NAP,
-    })
+    }
 }
 
 fn owned(lease: RawLease) -> RawLease {
@@ -626,106 +536,6 @@ impl Table {
             Some(fence) => Ok(new_lease(key, token, fence, ttl, sent, kind)),
             None => Err(refused(key, kind)),
         }
-    }
-
-    pub fn acquire_shared(&self, ask: &Ask, wait: Duration) -> Result<RawLease> {
-        let (queue, channel) = wait_queue(&self.name, &ask.prefixed);
-        let key_hex = hex(&ask.prefixed);
-        self.wait_queued(
-            ask.pools,
-            ask.key,
-            LeaseKind::Shared,
-            ask.ttl,
-            wait,
-            queue,
-            &channel,
-            |token, gate| self.shared_attempt(&key_hex, token, ask.ttl, gate),
-        )
-    }
-
-    pub fn acquire_permit(&self, ask: &Ask, permits: Permits, wait: Duration) -> Result<RawLease> {
-        let (queue, channel) = semaphore_internal("queue", &self.name, &ask.prefixed);
-        self.wait_queued(
-            ask.pools,
-            ask.key,
-            LeaseKind::Permit(permits),
-            ask.ttl,
-            wait,
-            queue,
-            &channel,
-            |token, gate| self.permit_attempt(&ask.prefixed, permits, token, ask.ttl, gate),
-        )
-    }
-
-    /// Waiting as exclusive acquires do (see the module docs): first an attempt only if nobody is
-    /// queued, then FIFO on the queue lock, the first waiter LISTENing and waking at a release's
-    /// NOTIFY or when the holder it waits for expires. `attempt(token, gate)` builds one attempt.
-    #[allow(clippy::too_many_arguments)]
-    fn wait_queued(
-        &self,
-        pools: &Pools,
-        key: &Key,
-        kind: LeaseKind,
-        ttl: Ttl,
-        wait: Duration,
-        queue: i64,
-        channel: &str,
-        attempt: impl Fn(Token, &str) -> String,
-    ) -> Result<RawLease> {
-        let io_timeout = pools.io_timeout;
-        let until = leasehold_core::wait::deadline_after(wait);
-        let call = Deadline::for_acquire(wait, pools.connect_timeout, io_timeout);
-
-        let token = Token::generate()?;
-        let first = format!(
-            "SELECT set_config('leasehold.head', pg_try_advisory_lock({queue})::text, true); {}; \
-             SELECT current_setting('leasehold.head', true), \
-                    CASE WHEN {GRANTED} = '{t}' AND {HEAD} THEN pg_advisory_unlock({queue}) END",
-            attempt(token, HEAD),
-            t = token.as_str()
-        );
-        let (mut conn, sent, statements) = acquiring(pools, call, "acquire", |s| {
-            s.statements(&self.bounded(&first), call)
-        })?;
-        let n = statements.len();
-        let head = statements.last().and_then(|rows| last_value(rows, 0)) == Some("true");
-        let granted = statements
-            .get(n.wrapping_sub(2))
-            .map(|rows| number::<i64>(last_value(rows, 0)))
-            .transpose()?
-            .flatten();
-        if let Some(fence) = granted {
-            return Ok(new_lease(key, token, fence, ttl, sent, kind));
-        }
-        let enter = join_queue(
-            head.then_some(self.bound.as_str()),
-            queue,
-            channel,
-            until,
-            io_timeout,
-        );
-        if !enter_queue(&mut conn, pools, &enter, call, "wait for the key")? {
-            return Err(refused(key, kind));
-        }
-        let granted = wait_at_head(&mut conn, pools, until, "wait for the key", |conn| {
-            let token = Token::generate()?;
-            let sent = Instant::now();
-            let statements = match conn.statements(&self.bounded(&attempt(token, "true")), call) {
-                Ok(st) => st,
-                Err(e) => return Err(pools.failed("acquire", &e)),
-            };
-            let rows = statements.into_iter().last().unwrap_or_default();
-            Ok(match number::<i64>(last_value(&rows, 0))? {
-                Some(fence) => Attempt::Granted(new_lease(key, token, fence, ttl, sent, kind)),
-                None => Attempt::NotYet(holder_nap(number::<i64>(last_value(&rows, 1)))),
-            })
-        })?;
-        let outcome = granted.ok_or_else(|| refused(key, kind));
-        let leave = format!("UNLISTEN \"{channel}\"; SELECT pg_advisory_unlock({queue})");
-        if conn.rows(&self.bounded(&leave), call).is_ok() {
-            conn.poisoned = false;
-        }
-        outcome
     }
 
     fn release_shared(&self, pools: &Pools, lease: &mut RawLease) -> Result<()> {
@@ -944,5 +754,254 @@ fn refused(key: &Key, kind: LeaseKind) -> Error {
             n.get()
         )),
         _ => held_elsewhere(key),
+    }
+}
+
+/// What a newcomer's attempt ([`QueueWaiter::first`]) found.
+enum First {
+    Granted(RawLease),
+    /// Not granted; `head`: nobody was queued, so the session took the queue lock.
+    Refused {
+        head: bool,
+    },
+}
+
+/// A waiting acquire in table mode, of any kind (see the module docs): first an attempt that takes
+/// the key only if nobody is queued, then FIFO on the queue lock, the first waiter LISTENing and
+/// waking at a release's NOTIFY, when the holder it waits for expires, or at its heartbeat.
+pub(crate) struct QueueWaiter<'a> {
+    table: &'a Table,
+    ask: Ask<'a>,
+    kind: LeaseKind,
+    key_hex: String,
+    line: Line<'a>,
+}
+
+impl<'a> QueueWaiter<'a> {
+    pub fn new(table: &'a Table, ask: Ask<'a>, kind: LeaseKind) -> QueueWaiter<'a> {
+        let (queue, channel) = match kind {
+            LeaseKind::Permit(_) => semaphore_internal("queue", &table.name, &ask.prefixed),
+            _ => wait_queue(&table.name, &ask.prefixed),
+        };
+        let key_hex = hex(&ask.prefixed);
+        let line = Line::new(ask.pools, queue, channel, "wait for the key");
+        QueueWaiter {
+            table,
+            ask,
+            kind,
+            key_hex,
+            line,
+        }
+    }
+
+    /// One shared or permit attempt, gated by the SQL boolean `gate`: the last statement gives
+    /// the fence (NULL when not granted) and the holder's time left in ms.
+    fn gated(&self, token: Token, gate: &str) -> String {
+        let ask = &self.ask;
+        match self.kind {
+            LeaseKind::Permit(n) => {
+                self.table
+                    .permit_attempt(&ask.prefixed, n, token, ask.ttl, gate)
+            }
+            _ => self
+                .table
+                .shared_attempt(&self.key_hex, token, ask.ttl, gate),
+        }
+    }
+
+    /// A newcomer's attempt, in one round trip: take the key only if nobody is queued for it (so a
+    /// newcomer never cuts in front of waiters), and say whether we are now first in the queue.
+    /// With `keep`, the queue lock taken to tell is kept when the key is not granted: the session
+    /// is the queue's head from then on, and gets a queued session's short idle timeout
+    /// ([`hold_place`]) in the same statement, so it is never idle in the queue without it.
+    /// Without, the lock is the transaction's.
+    fn first(&self, keep: bool, call: Deadline) -> Result<(Conn, First)> {
+        let (ask, queue) = (&self.ask, self.line.queue);
+        let table = self.table;
+        let try_lock = if keep {
+            "pg_try_advisory_lock"
+        } else {
+            "pg_try_advisory_xact_lock"
+        };
+        let token = Token::generate()?;
+        let t = token.as_str();
+        let sql = match self.kind {
+            LeaseKind::Exclusive => {
+                let kept = if keep {
+                    format!(
+                        ", CASE WHEN a.ok THEN pg_advisory_unlock({queue}) END, \
+                         CASE WHEN h AND a.ok IS NOT TRUE THEN {} END",
+                        hold_place()
+                    )
+                } else {
+                    String::new()
+                };
+                format!(
+                    "WITH head AS MATERIALIZED (SELECT {try_lock}({queue}) AS h), \
+                          acquired AS ({}) \
+                     SELECT h, a.ok{kept} \
+                     FROM head, (SELECT (SELECT ok FROM acquired) AS ok) a; {}",
+                    table.insert_when(&self.key_hex, token, ask.ttl, "FROM head WHERE h"),
+                    table.draw_fence(&self.key_hex, token)
+                )
+            }
+            _ => {
+                let kept = if keep {
+                    format!(
+                        ", CASE WHEN {GRANTED} = '{t}' AND {HEAD} THEN pg_advisory_unlock({queue}) END, \
+                         CASE WHEN {HEAD} AND {GRANTED} IS DISTINCT FROM '{t}' THEN {} END",
+                        hold_place()
+                    )
+                } else {
+                    String::new()
+                };
+                format!(
+                    "SELECT set_config('leasehold.head', {try_lock}({queue})::text, true); {}; \
+                     SELECT current_setting('leasehold.head', true){kept}",
+                    self.gated(token, HEAD)
+                )
+            }
+        };
+        let (conn, sent, statements) = acquiring(ask.pools, call, "acquire", |s| {
+            s.statements(&table.bounded(&sql), call)
+        })?;
+        let n = statements.len();
+        let (fence, head) = match self.kind {
+            LeaseKind::Exclusive => (
+                number::<i64>(fence_of(&statements))?,
+                statements
+                    .get(n.wrapping_sub(2))
+                    .and_then(|rows| last_value(rows, 0))
+                    == Some("t"),
+            ),
+            _ => (
+                statements
+                    .get(n.wrapping_sub(2))
+                    .map(|rows| number::<i64>(last_value(rows, 0)))
+                    .transpose()?
+                    .flatten(),
+                statements.last().and_then(|rows| last_value(rows, 0)) == Some("true"),
+            ),
+        };
+        let first = match fence {
+            Some(fence) => {
+                First::Granted(new_lease(ask.key, token, fence, ask.ttl, sent, self.kind))
+            }
+            None => First::Refused { head },
+        };
+        Ok((conn, first))
+    }
+
+    /// An attempt of the queue's head; refused in the final one, it leaves the queue.
+    fn at_head(&mut self, last: bool, call: Deadline) -> Result<Turn> {
+        let (ask, table, kind) = (&self.ask, self.table, self.kind);
+        let (queue, channel) = (self.line.queue, self.line.channel.clone());
+        let key_hex = &self.key_hex;
+        let token = Token::generate()?;
+        // The holder's row as the statement's snapshot saw it says when to wake up at the latest,
+        // in case the holder died and nobody will notify. On success the exclusive attempt also
+        // leaves the queue, so the next waiter moves up at once.
+        let sql = match kind {
+            LeaseKind::Exclusive => format!(
+                "WITH acquired AS ({}) \
+                 SELECT a.ok, \
+                        (SELECT ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint \
+                         FROM {} WHERE key = decode('{key_hex}', 'hex')), \
+                        CASE WHEN a.ok THEN pg_advisory_unlock({queue}) END \
+                 FROM (SELECT (SELECT ok FROM acquired) AS ok) a; {}",
+                table.insert(key_hex, token, ask.ttl),
+                table.quoted,
+                table.draw_fence(key_hex, token)
+            ),
+            _ => self.gated(token, "true"),
+        };
+        let sql = table.bounded(&sql);
+        let Some(conn) = self.line.attempting() else {
+            return Ok(Turn::NotYet { holder_left: None });
+        };
+        let sent = Instant::now();
+        let statements = conn
+            .statements(&sql, call)
+            .map_err(|e| ask.pools.failed("acquire", &e))?;
+        let (fence, rows) = match kind {
+            LeaseKind::Exclusive => {
+                let fence = number::<i64>(fence_of(&statements))?;
+                (
+                    fence,
+                    statements.into_iter().rev().nth(1).unwrap_or_default(),
+                )
+            }
+            _ => {
+                let rows = statements.into_iter().last().unwrap_or_default();
+                (number::<i64>(last_value(&rows, 0))?, rows)
+            }
+        };
+        // The session goes back to the pool with the idle timeout it had. If leaving fails, the
+        // session is closed (poisoned), which also ends its LISTEN and frees the queue; a lease
+        // got here is ours either way.
+        let unlock = format!("SELECT pg_advisory_unlock({queue}); ");
+        let leave = |unlock: &str| {
+            table.bounded(&format!(
+                "UNLISTEN \"{channel}\"; {unlock}RESET idle_session_timeout"
+            ))
+        };
+        match fence {
+            Some(fence) => {
+                let lease = new_lease(ask.key, token, fence, ask.ttl, sent, kind);
+                let unlock = if kind == LeaseKind::Exclusive {
+                    ""
+                } else {
+                    &unlock
+                };
+                drop(self.line.leave(&leave(unlock), call));
+                Ok(Turn::Granted(lease))
+            }
+            None if last => {
+                drop(self.line.leave(&leave(&unlock), call));
+                Ok(Turn::NotYet { holder_left: None })
+            }
+            // Reading the holder's time left may fail; the failure counts only if the wait goes
+            // on (a wait that has run out is refused whatever the answer said).
+            None => Ok(Turn::NotYet {
+                holder_left: Some(holder_left(number::<i64>(last_value(&rows, 1))?)),
+            }),
+        }
+    }
+}
+
+impl Waiter for QueueWaiter<'_> {
+    fn attempt(&mut self, last: bool, end: Instant) -> Result<Turn> {
+        let call = self.line.call(end);
+        if !self.line.is_head() {
+            // The final attempt of a waiter not in the queue (its entry timed out, or the wait was
+            // over at once) only looks, and keeps nothing.
+            let (conn, head) = match self.first(!last, call)? {
+                (_, First::Granted(lease)) => return Ok(Turn::Granted(lease)),
+                (conn, First::Refused { head }) => (conn, head),
+            };
+            if last {
+                return Ok(Turn::NotYet { holder_left: None });
+            }
+            let enter = join_queue(
+                head.then_some(self.table.bound.as_str()),
+                self.line.queue,
+                &self.line.channel,
+                end,
+                self.ask.pools.io_timeout,
+            );
+            if !self.line.enter(conn, &enter, call)? {
+                // Timed out in the queue; the statement rolled back, the session is clean.
+                return Ok(Turn::NotYet { holder_left: None });
+            }
+        }
+        self.at_head(last, call)
+    }
+
+    fn block(&mut self, wake: Wake) -> Result<Option<RawLease>> {
+        self.line.block(wake)
+    }
+
+    fn heartbeat(&self) -> Option<Duration> {
+        self.line.heartbeat()
     }
 }

@@ -1,10 +1,44 @@
-//! The statements a waiting acquire sends: every wait on an advisory lock is bounded by the server
-//! (`lock_timeout`) a little before the client's own bound ends it, so a wait that runs out leaves
-//! the session clean (the statement rolled back, SQLSTATE 55P03) instead of poisoned.
+//! Queued waits: the statements a waiting acquire sends, and the place in line of a waiter that
+//! queues (table mode, and advisory semaphores), which core's one wait loop
+//! ([`leasehold_core::wait::acquire`]) drives through each mode's [`leasehold_core::wait::Waiter`].
+//!
+//! Every wait on an advisory lock is bounded by the server (`lock_timeout`) a little before the
+//! client's own bound ends it, so a wait that runs out leaves the session clean (the statement
+//! rolled back, SQLSTATE 55P03) instead of poisoned.
+//!
+//! A line is FIFO on a queue advisory lock (the server's lock queue); its head holds that lock and
+//! LISTENs on the line's channel, where a release says the key is free. Newcomers take a free key
+//! only while nobody is queued, so a head that stops making attempts (a stopped or wedged process,
+//! idle between attempts, so not in any statement) would block the key for every later waiter
+//! forever. So the head's session has a short `idle_session_timeout` while it is queued
+//! ([`HEAD_IDLE_TIMEOUT`]): the server ends a head that idles that long, which frees the queue lock.
+//! A live head never idles that long: its waiter's heartbeat ([`HEAD_HEARTBEAT`]) makes core wake
+//! it for an attempt well before. Leaving the line restores the session's idle timeout, so no
+//! pooled session keeps the short one. A waiter blocked inside `pg_advisory_lock` of the queue is in
+//! a statement, not idle: once granted, its statement sets the short timeout with the LISTEN.
 
 use crate::session::{Conn, Pools};
-use leasehold_core::{Deadline, Result};
+use leasehold_core::wait::{Pause, Wake};
+use leasehold_core::{Deadline, RawLease, Result};
 use std::time::{Duration, Instant};
+
+/// How often the queue's head makes an attempt at the least, whatever it waits for: each attempt is
+/// a statement, so its session never idles much longer than this while it is queued.
+pub(crate) const HEAD_HEARTBEAT: Duration = Duration::from_millis(500);
+
+/// The queued session's `idle_session_timeout`: a head that stops making attempts has its session
+/// ended by the server after this long, which frees the queue for the next waiter. Six heartbeats,
+/// so a live head on a busy machine keeps its place.
+pub(crate) const HEAD_IDLE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The SQL expression that gives a session about to be (or just) queued [`HEAD_IDLE_TIMEOUT`]
+/// (session-level, so it outlasts the statement; rolled back with it if the statement fails).
+pub(crate) fn hold_place() -> String {
+    format!(
+        "set_config('idle_session_timeout', '{}', false)",
+        HEAD_IDLE_TIMEOUT.as_millis()
+    )
+}
 
 /// `SET LOCAL`s that let the next statements of the transaction wait up to `wait` for a lock, and
 /// run for that plus `io`.
@@ -15,8 +49,10 @@ pub(crate) fn bounded_wait(wait: Duration, io: Duration) -> String {
 }
 
 /// Joins a key's wait queue: its queue lock, waited for until `until`, then `LISTEN` on the
-/// key's channel, where a release says the key is free. The queue's head (which holds the queue
-/// lock already) only listens, after `head_prefix` (table mode bounds every statement).
+/// key's channel, where a release says the key is free, and the short idle timeout of a queued
+/// session ([`hold_place`]). The queue's head (which holds the queue lock already, and had the
+/// idle timeout set by the statement that took it) only listens, after `head_prefix` (table mode
+/// bounds every statement).
 pub(crate) fn join_queue(
     head: Option<&str>,
     queue: i64,
@@ -29,8 +65,9 @@ pub(crate) fn join_queue(
     }
     let wait = until.saturating_duration_since(Instant::now());
     format!(
-        "{}SELECT pg_advisory_lock({queue}); LISTEN \"{channel}\"",
-        bounded_wait(wait, io)
+        "{}SELECT pg_advisory_lock({queue}); LISTEN \"{channel}\"; SELECT {}",
+        bounded_wait(wait, io),
+        hold_place()
     )
 }
 
@@ -76,50 +113,117 @@ pub(crate) fn unlock_all(conn: &mut Conn, deadline: Deadline) {
     }
 }
 
-/// What one attempt of a waiter at the queue's head found: the grant, or not yet, with how long to
-/// wait for a notification at the most. Reading that nap may fail; the failure counts only if the
-/// wait goes on (a wait that has run out is refused whatever the answer said).
-pub(crate) enum Attempt<T> {
-    Granted(T),
-    NotYet(Result<Duration>),
+/// Where a queued waiter stands.
+pub(crate) enum Place {
+    /// Not in the line: before the first attempt, or its entry was refused by `lock_timeout` (the
+    /// session went back clean).
+    Out,
+    /// First in line: the session holds the queue lock, LISTENs and has the short idle timeout.
+    /// Poisoned until it leaves cleanly, so that an error closes it (which frees all of that).
+    Head(Box<Conn>),
+    /// Left the line after its final attempt.
+    Left,
 }
 
-/// The loop of the queue's head (which LISTENs on the key's channel): `attempt` until it is granted
-/// (`Ok(Some(_))`) or `until` passes (`Ok(None)`: the caller leaves the queue and refuses), waiting
-/// between attempts for a notification, at most the attempt's nap and never past `until`. An error
-/// (of an attempt, of the wait, `what` saying which wait, or the session closing) ends the call at
-/// once, the session left as it is (poisoned, since it may still be in the queue). One loop for
-/// every queued wait, so all count retries and treat stale notifications alike.
-pub(crate) fn wait_at_head<T>(
-    conn: &mut Conn,
-    pools: &Pools,
-    until: Instant,
-    what: &str,
-    mut attempt: impl FnMut(&mut Conn) -> Result<Attempt<T>>,
-) -> Result<Option<T>> {
-    let mut retry = false;
-    loop {
-        if retry {
-            leasehold_core::stats::note_retry();
+/// The place in line of one queued waiting acquire, and what every mode's queued waiter does the
+/// same way: the whole call's bound, entering, blocking at the head, leaving.
+pub(crate) struct Line<'a> {
+    pub pools: &'a Pools,
+    pub queue: i64,
+    pub channel: String,
+    /// What the wait is, for errors: `wait for the key`, `wait for a permit`.
+    what: &'static str,
+    place: Place,
+    call: Option<Deadline>,
+    pause: Pause,
+}
+
+impl<'a> Line<'a> {
+    pub fn new(pools: &'a Pools, queue: i64, channel: String, what: &'static str) -> Line<'a> {
+        Line {
+            pools,
+            queue,
+            channel,
+            what,
+            place: Place::Out,
+            call: None,
+            pause: Pause::new(),
         }
-        retry = true;
-        // Notifications from before this attempt are stale; the attempt sees the current state.
-        conn.drain_notifications();
-        let nap = match attempt(conn)? {
-            Attempt::Granted(x) => return Ok(Some(x)),
-            Attempt::NotYet(nap) => nap,
+    }
+
+    /// The whole call's bound, wait + connect + I/O, that every round trip of the call draws from:
+    /// made at the first attempt (which core tells the wait's `end`), kept for the others.
+    pub fn call(&mut self, end: Instant) -> Deadline {
+        let pools = self.pools;
+        *self.call.get_or_insert_with(|| {
+            Deadline::for_acquire_until(end, pools.connect_timeout, pools.io_timeout)
+        })
+    }
+
+    pub fn is_head(&self) -> bool {
+        matches!(self.place, Place::Head(_))
+    }
+
+    /// The head's session for its next attempt, with the notifications received so far dropped:
+    /// they are stale, the attempt sees the current state.
+    pub fn attempting(&mut self) -> Option<&mut Conn> {
+        match &mut self.place {
+            Place::Head(conn) => {
+                conn.drain_notifications();
+                Some(conn)
+            }
+            _ => None,
+        }
+    }
+
+    /// Sends `enter` (a [`join_queue`] statement) on `conn`, a session that has not got what it
+    /// waits for ([`enter_queue`]): `Ok(true)` once it is the line's head, `Ok(false)` when the
+    /// server's `lock_timeout` ended the wait first (the session goes back to the pool clean).
+    pub fn enter(&mut self, mut conn: Conn, enter: &str, call: Deadline) -> Result<bool> {
+        if !enter_queue(&mut conn, self.pools, enter, call, self.what)? {
+            return Ok(false);
+        }
+        self.place = Place::Head(Box::new(conn));
+        Ok(true)
+    }
+
+    /// Leaves the line by `leave` (its UNLISTEN, and whatever else the head's state needs: the
+    /// queue's unlock, the idle timeout restored) and gives the head's session back, with whether
+    /// the statement ran. If it did not, the session stays poisoned: closing it also ends its
+    /// LISTEN and frees the queue.
+    pub fn leave(&mut self, leave: &str, call: Deadline) -> Option<(Conn, bool)> {
+        let Place::Head(mut conn) = std::mem::replace(&mut self.place, Place::Left) else {
+            return None;
         };
-        let now = Instant::now();
-        if now >= until {
-            return Ok(None);
+        let left = conn.rows(leave, call).is_ok();
+        if left {
+            conn.poisoned = false;
         }
-        let nap = nap?.min(until.saturating_duration_since(now));
-        if let Err(e) = conn.wait_notification(nap) {
-            return Err(pools.failed(what, &e));
+        Some((*conn, left))
+    }
+
+    /// Waits until `wake`: the head for a notification (a release), erroring if its session
+    /// closes; a waiter with nothing to wait on sleeps.
+    pub fn block(&mut self, wake: Wake) -> Result<Option<RawLease>> {
+        let Place::Head(conn) = &mut self.place else {
+            self.pause.sleep(wake);
+            return Ok(None);
+        };
+        if let Err(e) = conn.wait_notification(wake.left()) {
+            return Err(self.pools.failed(self.what, &e));
         }
         if conn.is_closed() {
-            return Err(pools.unavailable("PostgreSQL session closed while waiting"));
+            return Err(self
+                .pools
+                .unavailable("PostgreSQL session closed while waiting"));
         }
+        Ok(None)
+    }
+
+    /// The head wakes for an attempt at least this often, so its session never idles into its
+    /// short idle timeout.
+    pub fn heartbeat(&self) -> Option<Duration> {
+        self.is_head().then_some(HEAD_HEARTBEAT)
     }
 }
 

@@ -674,3 +674,172 @@ fn client_works_in_a_forked_child_without_touching_the_parents_sessions() {
         c.try_acquire(&child_key, LONG).unwrap().release().unwrap();
     }
 }
+
+/// A waiter in another process: this test binary run again with only [`child_waiter`], waiting
+/// for the key (or, with `permits`, for a permit of it) until told how its wait ended.
+struct QueuedChild {
+    child: Child,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl QueuedChild {
+    fn spawn(query: &str, key: &str, permits: u32) -> QueuedChild {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "child_waiter",
+                "--exact",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("LEASEHOLD_PG_WAITER_URL", server().url_with(query))
+            .env("LEASEHOLD_PG_WAITER_KEY", key)
+            .env("LEASEHOLD_PG_WAITER_PERMITS", permits.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn the waiter process");
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        QueuedChild { child, stdout }
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on our own child, not yet reaped.
+        unsafe {
+            libc::kill(self.child.id() as i32, sig);
+        }
+    }
+
+    /// How its wait ended (`ok`, `unavailable`, …).
+    fn outcome(mut self) -> String {
+        loop {
+            let mut line = String::new();
+            assert!(
+                self.stdout.read_line(&mut line).unwrap() > 0,
+                "waiter exited early"
+            );
+            // libtest prints "test child_waiter ... " without a newline before our output.
+            if let Some((_, outcome)) = line.trim().split_once("WAITED ") {
+                return outcome.to_owned();
+            }
+        }
+    }
+}
+
+impl Drop for QueuedChild {
+    fn drop(&mut self) {
+        self.signal(libc::SIGCONT);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+#[ignore = "helper: the stopped-head tests run it in a child process"]
+fn child_waiter() {
+    let Ok(url) = std::env::var("LEASEHOLD_PG_WAITER_URL") else {
+        return;
+    };
+    let key = std::env::var("LEASEHOLD_PG_WAITER_KEY").unwrap();
+    let permits: u32 = std::env::var("LEASEHOLD_PG_WAITER_PERMITS")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let client = leasehold_core::Client::new(
+        PostgresBackend::connect(&Config::parse(&url).unwrap()).unwrap(),
+    );
+    let outcome = match permits {
+        0 => client.acquire(&key, LONG, LONG),
+        n => client.acquire_permit(&key, n, LONG, LONG),
+    };
+    let outcome = match outcome {
+        Ok(_) => "ok",
+        Err(e) => e.kind().as_str(),
+    };
+    println!("WAITED {outcome}");
+    std::io::stdout().flush().unwrap();
+}
+
+/// The advisory lock a key's waiters queue on (see `lock_id.rs`): table mode's per-key queue
+/// (`wait_queue`), or a semaphore's (`semaphore_internal("queue", …)`, table "" in advisory mode).
+fn queue_id(table: &str, key: &str, permits: u32) -> i64 {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    if permits == 0 {
+        h.update(b"leasehold table-mode wait queue\0");
+    } else {
+        h.update(b"leasehold semaphore queue\0");
+    }
+    h.update(table.as_bytes());
+    h.update(b"\0");
+    h.update(format!("leasehold:{key}").as_bytes());
+    i64::from_be_bytes(h.finalize()[..8].try_into().unwrap())
+}
+
+/// How many sessions hold the advisory lock `id`.
+fn advisory_holders(db: &mut postgres::Client, id: i64) -> u32 {
+    let id = id as u64;
+    let sql = format!(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted \
+         AND classid = {} AND objid = {} AND objsubid = 1",
+        id >> 32,
+        id & 0xffff_ffff
+    );
+    scalar(db, &sql).and_then(|n| n.parse().ok()).unwrap_or(0)
+}
+
+/// Finding 11: a waiter stopped (SIGSTOP) while it is the queue's head holds the queue lock, idle
+/// between attempts; newcomers take a free key only while nobody is queued, so before the fix every
+/// later waiting acquire of the key waited behind it for ever, even once the key was free. Its
+/// session now has a short idle timeout while it is queued, so the server ends it and the next
+/// waiter moves up within a few seconds. The child is stopped as soon as it holds the queue lock,
+/// which may be before it sent its LISTEN: the statement that took the lock set the timeout.
+fn stopped_queue_head_does_not_block_the_queue(query: &str, table: &str, permits: u32) {
+    let (holder, other) = (client(query), client(query));
+    let key = unique_key("stopped-head");
+    let take = |c: &Client, wait: Duration| match permits {
+        0 => c.acquire(&key, LONG, wait),
+        n => c.acquire_permit(&key, n, LONG, wait),
+    };
+    let lease = take(&holder, Duration::ZERO).unwrap();
+    let queue = queue_id(table, &key, permits);
+    let mut db = admin();
+    let head = QueuedChild::spawn(query, &key, permits);
+    assert!(
+        wait_until(Duration::from_secs(10), || advisory_holders(&mut db, queue)
+            == 1),
+        "{query}: the child never became the queue's head"
+    );
+    head.signal(libc::SIGSTOP);
+    lease.release().unwrap();
+    let started = Instant::now();
+    let got = take(&other, Duration::from_secs(15));
+    let waited = started.elapsed();
+    eprintln!(
+        "{query} (permits {permits}): the next waiter's acquire ended {waited:?} after the \
+         holder released, {}",
+        if got.is_ok() { "granted" } else { "refused" }
+    );
+    let got = got.expect("the stopped head must not keep the next waiter from a free key");
+    assert!(waited < Duration::from_secs(8), "{waited:?}");
+    // The stopped head lost its place, not someone else's key: resumed, it finds its session ended.
+    head.signal(libc::SIGCONT);
+    assert_eq!(head.outcome(), "unavailable");
+    assert_eq!(advisory_holders(&mut db, queue), 0, "nobody left queued");
+    got.release().unwrap();
+}
+
+#[test]
+fn table_stopped_queue_head_does_not_block_the_queue() {
+    stopped_queue_head_does_not_block_the_queue(TABLE, "fault_locks", 0);
+}
+
+#[test]
+fn table_stopped_semaphore_head_does_not_block_the_queue() {
+    stopped_queue_head_does_not_block_the_queue(TABLE, "fault_locks", 1);
+}
+
+#[test]
+fn advisory_stopped_semaphore_head_does_not_block_the_queue() {
+    stopped_queue_head_does_not_block_the_queue(ADVISORY, "", 1);
+}
