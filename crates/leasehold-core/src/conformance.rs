@@ -167,7 +167,9 @@ fn extend_by_owner_keeps_the_key(a: &Client, b: &Client) {
     lease
         .extend(Duration::from_secs(20))
         .expect("owner extends");
-    assert!(lease.remaining() > Duration::from_secs(10));
+    // Well past the first TTL; not necessarily the whole 20 s: a backend may rely on a lease for
+    // less than its TTL (PostgreSQL advisory: ~10 s from the last call, see `Pools::alive_until`).
+    assert!(lease.remaining() > Duration::from_secs(5));
     std::thread::sleep(Duration::from_millis(700));
     assert_eq!(
         kind(b.try_acquire(&k, LONG)),

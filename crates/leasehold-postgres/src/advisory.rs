@@ -30,6 +30,19 @@ pub(crate) struct Held {
     /// the lease is released or dropped: closing it at once could free the lock on the server
     /// while the caller, not yet told, still relies on the lease.
     dead: bool,
+    /// The end of the lease's TTL (the server's idle timeout ends the session then), which a
+    /// detached lease's session is kept open until. The lease's own deadline may be sooner: it
+    /// is relied on only while the session is proven alive ([`Pools::alive_until`]).
+    ttl_ends: Instant,
+}
+
+/// Relies on `lease` only while its session is proven alive: a request sent at `contact` was
+/// answered, and the lock lasts only as long as the session, which either side may end once it has
+/// heard nothing from the other for [`Pools::dead_peer`] (a partition longer than that frees the
+/// lock, and its holder learns only at its next call).
+fn alive_from(mut lease: RawLease, pools: &Pools, contact: Instant) -> RawLease {
+    lease.cap_at(pools.alive_until(contact));
+    lease
 }
 
 #[derive(Debug)]
@@ -126,7 +139,10 @@ impl Advisory {
             s.query(sql, &[&id, &ms], deadline)
         })?;
         match unreadable_poisons(&mut conn, column::<i64>(&rows, 0))? {
-            Some(fence) => self.lease(conn, id, ask.key, fence, ask.ttl, sent, shared, None),
+            Some(fence) => {
+                let lease = self.lease(conn, id, ask.key, fence, ask.ttl, sent, shared, None)?;
+                Ok(alive_from(lease, ask.pools, sent))
+            }
             None => Err(held_elsewhere(ask.key)),
         }
     }
@@ -169,8 +185,21 @@ impl Advisory {
                 let granted = sent
                     .checked_add(Duration::from_micros(waited_us))
                     .unwrap_or(sent);
+                // The server heard nothing from us while it held the statement (only TCP
+                // keepalives), so the request proves the session alive only as of its send: after
+                // a long wait, one more round trip proves it alive now.
+                let mut contact = sent;
+                if Instant::now().saturating_duration_since(sent) > ask.pools.dead_peer / 2 {
+                    let pinged = Instant::now();
+                    if let Err(e) = conn.rows("SELECT 1", call) {
+                        // Granted but not provably alive: closing the session frees the lock.
+                        conn.poisoned = true;
+                        return Err(ask.pools.failed("advisory lock", &e));
+                    }
+                    contact = pinged;
+                }
                 let lease = self.lease(conn, id, ask.key, fence, ask.ttl, granted, shared, None)?;
-                Ok(Turn::Granted(lease))
+                Ok(Turn::Granted(alive_from(lease, ask.pools, contact)))
             }
             Err(e) if e.code() == Some("55P03") => {
                 unlock_all(&mut conn, call);
@@ -211,6 +240,7 @@ impl Advisory {
             notify,
             pid: leasehold_core::fork::pid(),
             dead: false,
+            ttl_ends: ttl.deadline_from(sent),
         });
         Ok(if shared {
             lease.with_kind(LeaseKind::Shared)
@@ -280,9 +310,9 @@ impl Advisory {
             // A call on it timed out: the lease was lost already. Closing frees what it may hold.
             return;
         }
-        let Held { conn, .. } = held;
+        let Held { conn, ttl_ends, .. } = held;
         if let Some(session) = conn.detach() {
-            keep_detached(session, lease.deadline(), ttl.drift());
+            keep_detached(session, ttl_ends, ttl.drift());
         }
     }
 
@@ -302,7 +332,9 @@ impl Advisory {
         match held.conn.query(&self.sql.extend, &[&ms], pools.call()) {
             Ok(_) => {
                 lease.renewed(ttl, sent);
+                held.ttl_ends = ttl.deadline_from(sent);
                 lease.state = Some(Box::new(held));
+                lease.cap_at(pools.alive_until(sent));
                 Ok(())
             }
             Err(e) if e.is_timeout() => Err(timed_out(pools, lease, held, "extend", &e)),
@@ -504,9 +536,10 @@ impl Advisory {
     ) -> Result<RawLease> {
         let Ask { key, ttl, .. } = *ask;
         let (_, channel) = semaphore_internal("queue", "", &ask.prefixed);
-        Ok(self
+        let lease = self
             .lease(conn, id, key, fence, ttl, sent, false, Some(channel))?
-            .with_kind(LeaseKind::Permit(permits)))
+            .with_kind(LeaseKind::Permit(permits));
+        Ok(alive_from(lease, ask.pools, sent))
     }
 }
 

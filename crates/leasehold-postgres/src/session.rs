@@ -40,6 +40,25 @@ pub(crate) const SERVER_DEAD_PEER: Duration = Duration::from_secs(10);
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(5);
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
 const KEEPALIVE_RETRIES: u32 = 5;
+/// How soon the client's own socket may give up on a silent server: its TCP user timeout, or
+/// without one its keepalives' idle time plus every probe (Linux's defaults where unset).
+fn client_dead_peer(config: &tokio_postgres::Config) -> Duration {
+    let user = config.get_tcp_user_timeout().copied();
+    if let Some(timeout) = user.filter(|t| !t.is_zero()) {
+        return timeout;
+    }
+    if !config.get_keepalives() {
+        return Duration::MAX;
+    }
+    let interval = config
+        .get_keepalives_interval()
+        .unwrap_or(Duration::from_secs(75));
+    let probes = config.get_keepalives_retries().unwrap_or(9);
+    config
+        .get_keepalives_idle()
+        .saturating_add(interval.saturating_mul(probes))
+}
+
 /// How long dropping a healthy session waits for its Terminate message to go out (a local socket
 /// write): the server then logs a clean disconnect instead of an unexpected EOF.
 const CLOSE_GRACE: Duration = Duration::from_millis(50);
@@ -636,6 +655,10 @@ pub(crate) struct Pools {
     pub connect_timeout: Duration,
     pub io_timeout: Duration,
     pub secrets: Vec<String>,
+    /// How long either side may go without hearing from the other before it ends the session (and
+    /// with it the session's advisory locks): the server's [`SERVER_DEAD_PEER`], or the client
+    /// socket's own give-up time when the connection string makes that shorter.
+    pub dead_peer: Duration,
 }
 
 impl std::fmt::Debug for Pools {
@@ -698,10 +721,13 @@ impl Pools {
             config.keepalives_retries(KEEPALIVE_RETRIES);
         }
         if !given("tcp_user_timeout") {
-            // Below half a second one lost packet (TCP's minimum retransmit timeout is 200 ms) would
-            // end a healthy session, and with it a held advisory lock.
-            config.tcp_user_timeout(io_timeout.max(Duration::from_millis(500)));
+            // The server's own: a client socket that gave up sooner (one unanswered keepalive probe,
+            // with a timeout as short as a call's) would reset the session once the network is back,
+            // and the server would free the advisory locks of a holder that still relies on them.
+            // Calls are bounded by their own deadlines, not by this.
+            config.tcp_user_timeout(SERVER_DEAD_PEER);
         }
+        let dead_peer = SERVER_DEAD_PEER.min(client_dead_peer(&config));
         if !given("application_name") {
             config.application_name("leasehold");
         }
@@ -744,7 +770,15 @@ impl Pools {
             connect_timeout,
             io_timeout,
             secrets,
+            dead_peer,
         })
+    }
+
+    /// Until when a session that answered a request sent at `contact` is sure to be alive, and its
+    /// advisory locks held: [`Pools::dead_peer`] later, less 2 % for the timers' slack.
+    pub fn alive_until(&self, contact: Instant) -> Instant {
+        let window = self.dead_peer.saturating_sub(self.dead_peer / 50);
+        contact.checked_add(window).unwrap_or(contact)
     }
 
     /// The deadline of a call that does not wait.
