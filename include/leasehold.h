@@ -399,6 +399,20 @@ enum leasehold_status leasehold_lease_keep_alive(struct leasehold_lease *lease, 
 enum leasehold_status leasehold_lease_keep_alive_status(const struct leasehold_lease *lease);
 
 /**
+ * A long job's checkpoint between two steps: `LEASEHOLD_OK` while the lease is held with at least
+ * `margin_ms` left; `LEASEHOLD_LOST` (the reason in `leasehold_last_error()`) when it was lost or
+ * released, when its latest keep-alive renewal failed, or when less than `margin_ms` is left, so
+ * the job stops before the lease runs out. Makes no network call.
+ *
+ * `LEASEHOLD_INVALID_ARGUMENT` for NULL, and in a fork() child for a lease the parent took.
+ *
+ * # Safety
+ * `lease` is NULL or a live lease not used by another thread during the call.
+ */
+enum leasehold_status leasehold_lease_check(const struct leasehold_lease *lease,
+                                            uint64_t margin_ms);
+
+/**
  * The lease's fencing token: never 0, strictly increasing per key (a large number, about the server's
  * time in µs, so it keeps rising when a backend loses its data). Hand it to the store you
  * protect so it can reject a stale holder. 0 for NULL. Makes no network call.

@@ -337,6 +337,9 @@ static void fuzz_lease(uint64_t n) {
     case 3:
         s = leasehold_lease_keep_alive_status(lease);
         check_status(s, "keep_alive_status", n);
+        s = leasehold_lease_check(lease, random_u64(UINT64_MAX));
+        check_status(s, "lease_check", n);
+        EXPECT_CASE(lease != NULL || s == LEASEHOLD_INVALID_ARGUMENT, "lease_check");
         break;
     case 4:
         if (lease != NULL) {

@@ -49,6 +49,12 @@ static void kept_for_three_seconds(const leasehold_client *client, const leaseho
     }
     CHECK(probes >= 5);
     EXPECT(LEASEHOLD_OK, leasehold_lease_keep_alive_status(lease));
+    /* A checkpoint passes with a margin the lease has, and stops the job with one it has not. */
+    EXPECT(LEASEHOLD_OK, leasehold_lease_check(lease, 0));
+    EXPECT(LEASEHOLD_OK, leasehold_lease_check(lease, 10));
+    EXPECT(LEASEHOLD_LOST, leasehold_lease_check(lease, 60 * 60 * 1000));
+    EXPECT_ERROR_MENTIONS("margin");
+    EXPECT(LEASEHOLD_INVALID_ARGUMENT, leasehold_lease_check(NULL, 0));
     char *stats = stats_copy(client);
     /* 3 s at one renewal per third of the TTL (9); a loaded machine (valgrind) renews less often. */
     CHECK(stat_of(stats, "keepalive_renewals") >= 2);
@@ -59,6 +65,7 @@ static void kept_for_three_seconds(const leasehold_client *client, const leaseho
     CHECK(leasehold_lease_remaining_ms(lease) <= 0);
     EXPECT(LEASEHOLD_INVALID_ARGUMENT, leasehold_lease_keep_alive(lease, true));
     EXPECT_ERROR_MENTIONS("already released");
+    EXPECT(LEASEHOLD_LOST, leasehold_lease_check(lease, 0));
     EXPECT(LEASEHOLD_OK, leasehold_lease_keep_alive_status(lease));
     leasehold_lease_free(lease);
     taken_by(other, key);
@@ -112,6 +119,8 @@ static void lost_when_deleted_underneath(const char *url) {
     }
     EXPECT(LEASEHOLD_LOST, leasehold_lease_keep_alive_status(lease));
     EXPECT_ERROR_MENTIONS("lost");
+    /* A long job's checkpoint says so too, whatever the margin. */
+    EXPECT(LEASEHOLD_LOST, leasehold_lease_check(lease, 0));
     /* Renewal stopped for good: still lost a while later, and release says so. */
     sleep_ms(300);
     CHECK(leasehold_lease_remaining_ms(lease) <= 0);

@@ -31,6 +31,7 @@ void leasehold_lease_free(leasehold_lease *lease);
 leasehold_status leasehold_client_open_persistent(const char *url, leasehold_client **client_out);
 leasehold_status leasehold_lease_keep_alive(leasehold_lease *lease, bool enabled);
 leasehold_status leasehold_lease_keep_alive_status(const leasehold_lease *lease);
+leasehold_status leasehold_lease_check(const leasehold_lease *lease, uint64_t margin_ms);
 const char *leasehold_client_stats_json(const leasehold_client *client);
 const char *leasehold_client_metrics(const leasehold_client *client);
 leasehold_status leasehold_try_acquire_shared(const leasehold_client *client, const char *key, size_t key_len,

@@ -241,6 +241,24 @@ final class Lock implements LockInterface
         return $this->holds() && $this->keepingAlive;
     }
 
+    /**
+     * A long job's checkpoint between two steps: returns while this object holds its lease with at least $margin
+     * seconds left; throws LockLostException when it holds none (never acquired, released, lost), when the latest
+     * keep-alive renewal failed, or when less than $margin is left, so the job stops before the lease runs out
+     * rather than after. No network call.
+     */
+    public function checkpoint(mixed $margin = 0.0): void
+    {
+        $marginMs = Seconds::toMillis($margin, 'margin');
+        if (!$this->holds()) {
+            throw new LockLostException(sprintf('lock %s is not held by this object', Key::describe($this->key)));
+        }
+        $status = $this->ffi->leasehold_lease_check($this->lease, $marginMs);
+        if ($status !== Library::OK) {
+            throw $this->client->library()->error($status, 'checkpoint');
+        }
+    }
+
     /** Local check, no network call: this object holds a lease whose conservative deadline has not passed. */
     public function isAcquired(): bool
     {

@@ -67,6 +67,12 @@ interface LockInterface
     /** Local check, no network call: this object holds a lease whose conservative deadline has not passed. */
     public function isAcquired(): bool;
 
+    /**
+     * Throws LockLostException unless this object holds its lease with at least $margin seconds left and no failed
+     * keep-alive renewal: call it between the steps of a long job. No network call.
+     */
+    public function checkpoint(mixed $margin = 0.0): void;
+
     /** Seconds left on the held lease (0 or less once expired); null when this object holds none. */
     public function remainingLifetime(): ?float;
 

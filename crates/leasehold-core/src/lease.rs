@@ -263,6 +263,45 @@ impl Lease {
         !self.remaining().is_zero()
     }
 
+    /// A long job's checkpoint between two steps: `Ok` while the lease is held with at least
+    /// `margin` left; `Lost` when it was lost or released, when its latest keep-alive renewal failed
+    /// (the lease may be gone: stop before relying on it), or when less than `margin` is left, so
+    /// the job stops before the lease runs out rather than after. Makes no network call.
+    /// `InvalidArgument` in a fork() child for a lease the parent took.
+    pub fn checkpoint(&self, margin: Duration) -> Result<()> {
+        self.check_owner()?;
+        let state = self.cell.lock();
+        if state.released {
+            return Err(Error::Lost("the lease was released".into()));
+        }
+        if let Some(error) = &state.keep_alive_error {
+            return Err(Error::Lost(format!(
+                "its keep-alive renewal failed: {error}"
+            )));
+        }
+        drop(state);
+        let left = self.remaining();
+        if left.is_zero() {
+            return Err(Error::Lost(
+                "the lease has run out, or a call found it lost or of unknown outcome".into(),
+            ));
+        }
+        if left < margin {
+            return Err(Error::Lost(format!(
+                "only {} ms of the lease are left, less than the margin of {} ms",
+                left.as_millis(),
+                margin.as_millis()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether [`Lease::checkpoint`] with this margin would fail: the lease is lost, released, its
+    /// keep-alive failed, or less than `margin` is left.
+    pub fn at_risk(&self, margin: Duration) -> bool {
+        self.checkpoint(margin).is_err()
+    }
+
     /// True once release was called successfully (or found the lease lost).
     pub fn is_released(&self) -> bool {
         if self.is_inherited() {

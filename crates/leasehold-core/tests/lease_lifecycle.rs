@@ -219,3 +219,26 @@ fn time_the_host_slept_during_a_round_trip_is_not_counted_as_held() {
         lease.remaining()
     );
 }
+
+#[test]
+fn a_checkpoint_stops_a_job_before_the_lease_runs_out() {
+    let _clock = shared_clock();
+    let client = Client::new(Scripted::default().then(timed_out).then(released));
+    let mut lease = client.try_acquire("k", 30 * SECOND).unwrap();
+    lease.checkpoint(Duration::ZERO).unwrap();
+    lease.checkpoint(20 * SECOND).unwrap();
+    assert!(!lease.at_risk(20 * SECOND));
+    let short = lease.checkpoint(40 * SECOND).unwrap_err();
+    assert!(matches!(short, Error::Lost(_)), "{short:?}");
+    assert!(short.to_string().contains("margin"), "{short}");
+    // An extend of unknown outcome: nothing may be relied on until one is confirmed.
+    let _ = lease.extend(30 * SECOND);
+    assert!(lease.at_risk(Duration::ZERO));
+    assert!(matches!(
+        lease.checkpoint(Duration::ZERO),
+        Err(Error::Lost(_))
+    ));
+    let _ = lease.release_in_place();
+    let gone = lease.checkpoint(Duration::ZERO).unwrap_err();
+    assert!(matches!(gone, Error::Lost(_)), "{gone:?}");
+}

@@ -150,6 +150,30 @@ pub unsafe extern "C" fn leasehold_lease_keep_alive_status(
     })
 }
 
+/// A long job's checkpoint between two steps: `LEASEHOLD_OK` while the lease is held with at least
+/// `margin_ms` left; `LEASEHOLD_LOST` (the reason in `leasehold_last_error()`) when it was lost or
+/// released, when its latest keep-alive renewal failed, or when less than `margin_ms` is left, so
+/// the job stops before the lease runs out. Makes no network call.
+///
+/// `LEASEHOLD_INVALID_ARGUMENT` for NULL, and in a fork() child for a lease the parent took.
+///
+/// # Safety
+/// `lease` is NULL or a live lease not used by another thread during the call.
+#[no_mangle]
+pub unsafe extern "C" fn leasehold_lease_check(
+    lease: *const leasehold_lease,
+    margin_ms: u64,
+) -> leasehold_status {
+    boundary::call("leasehold_lease_check", || {
+        let handle = view(lease)?;
+        let margin = std::time::Duration::from_millis(margin_ms);
+        handle
+            .lease
+            .checkpoint(margin)
+            .map_err(|e| handle.secrets.redact(e))
+    })
+}
+
 /// The lease's fencing token: never 0, strictly increasing per key (a large number, about the server's
 /// time in µs, so it keeps rising when a backend loses its data). Hand it to the store you
 /// protect so it can reject a stale holder. 0 for NULL. Makes no network call.

@@ -95,7 +95,11 @@ fn redlock_restore_reports_the_fence_the_acquirer_got() {
     nodes[2].command(&[b"SET", &keys.fence, b"3000000000000001"]);
     let token = lease.token().as_str().to_owned();
     nodes[2].command(&[b"SET", &keys.lock, token.as_bytes(), b"PX", b"30000"]);
-    assert!(lease.fence() < 3_000_000_000_000_000, "fence {}", lease.fence());
+    assert!(
+        lease.fence() < 3_000_000_000_000_000,
+        "fence {}",
+        lease.fence()
+    );
     let restored = b.restore(&key, &token).unwrap();
     assert_eq!(restored.fence(), lease.fence());
     restored.release().unwrap();

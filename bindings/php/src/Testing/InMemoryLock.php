@@ -109,6 +109,28 @@ final class InMemoryLock implements LockInterface
         return $this->token !== null && $this->keepingAlive;
     }
 
+    public function checkpoint(mixed $margin = 0.0): void
+    {
+        $marginMs = Seconds::toMillis($margin, 'margin');
+        if ($this->token === null) {
+            throw new LockLostException(sprintf('lock %s is not held by this object', Key::describe($this->key)));
+        }
+        if ($this->keepAliveError() instanceof LeaseholdException) {
+            throw new LockLostException('its keep-alive renewal failed: ' . $this->keepAliveFailure?->getMessage());
+        }
+        $left = $this->remainingLifetime() ?? 0.0;
+        if ($left <= 0.0) {
+            throw new LockLostException('the lease has run out');
+        }
+        if ($left * 1000.0 < $marginMs) {
+            throw new LockLostException(sprintf(
+                'only %d ms of the lease are left, less than the margin of %d ms',
+                (int) ($left * 1000.0),
+                $marginMs,
+            ));
+        }
+    }
+
     public function isAcquired(): bool
     {
         $remaining = $this->remainingLifetime();

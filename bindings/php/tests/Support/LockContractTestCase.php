@@ -275,6 +275,30 @@ abstract class LockContractTestCase extends LeaseholdTestCase
         $lock->release();
     }
 
+    public function testCheckpointStopsAJobBeforeTheLeaseRunsOut(): void
+    {
+        $lock = $this->client()->createLock(self::uniqueKey('checkpoint'), 5.0);
+        self::assertTrue($lock->tryAcquire());
+        $lock->checkpoint();
+        $lock->checkpoint(1.0);
+        try {
+            $lock->checkpoint(60.0);
+            self::fail('a margin the lease does not have must stop the job');
+        } catch (LockLostException $e) {
+            self::assertStringContainsString('margin', $e->getMessage());
+        }
+        self::assertTrue($lock->isAcquired(), 'a checkpoint changes nothing');
+        try {
+            $lock->checkpoint(-1.0);
+            self::fail('a negative margin is refused');
+        } catch (InvalidArgumentException $e) {
+            self::assertStringContainsString('margin', $e->getMessage());
+        }
+        $lock->release();
+        $this->expectException(LockLostException::class);
+        $lock->checkpoint();
+    }
+
     public function testExtendOfALockNotHeldIsAnInvalidArgument(): void
     {
         $lock = $this->client()->createLock(self::uniqueKey('extend-unheld'), 10.0);
