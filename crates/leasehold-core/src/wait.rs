@@ -172,6 +172,8 @@ pub struct Polling<'a, B: crate::LockBackend + ?Sized> {
     kind: LeaseKind,
     ttl: crate::Ttl,
     pause: Pause,
+    /// When the latest attempt returned.
+    answered: Option<Instant>,
 }
 
 impl<'a, B: crate::LockBackend + ?Sized> Polling<'a, B> {
@@ -182,15 +184,22 @@ impl<'a, B: crate::LockBackend + ?Sized> Polling<'a, B> {
             kind,
             ttl,
             pause: Pause::new(),
+            answered: None,
         }
     }
 }
 
 impl<B: crate::LockBackend + ?Sized> Waiter for Polling<'_, B> {
-    fn attempt(&mut self, _last: bool, _end: Instant) -> Result<Turn> {
-        self.backend
-            .try_acquire_as(self.key, self.kind, self.ttl)
-            .map(Turn::Granted)
+    /// Each attempt is one `try_acquire_as`, bounded by a call's connect + I/O of its own, so no
+    /// final attempt starts once one has already looked at the key after the wait's end: that would
+    /// take the call past wait + connect + I/O. A polling waiter holds no place to give up.
+    fn attempt(&mut self, last: bool, end: Instant) -> Result<Turn> {
+        if last && self.answered.is_some_and(|at| at >= end) {
+            return Ok(Turn::NotYet { holder_left: None });
+        }
+        let result = self.backend.try_acquire_as(self.key, self.kind, self.ttl);
+        self.answered = Some(Instant::now());
+        result.map(Turn::Granted)
     }
 
     fn block(&mut self, wake: Wake) -> Result<Option<RawLease>> {
