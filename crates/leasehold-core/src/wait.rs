@@ -251,6 +251,50 @@ pub fn refused(key: &Key, kind: LeaseKind) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{KeyInfo, LockBackend, Ttl};
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// Refuses every attempt, each after `each`.
+    #[derive(Debug)]
+    struct Slow {
+        each: Duration,
+        attempts: AtomicU32,
+    }
+
+    impl LockBackend for Slow {
+        fn name(&self) -> &'static str {
+            "slow"
+        }
+        fn try_acquire(&self, key: &Key, _: Ttl) -> Result<RawLease> {
+            std::thread::sleep(self.each);
+            self.attempts.fetch_add(1, Ordering::Relaxed);
+            Err(held_elsewhere(key))
+        }
+        fn release(&self, _: &mut RawLease) -> Result<()> {
+            unreachable!()
+        }
+        fn extend(&self, _: &mut RawLease, _: Ttl) -> Result<()> {
+            unreachable!()
+        }
+        fn inspect(&self, _: &Key) -> Result<KeyInfo> {
+            unreachable!()
+        }
+    }
+
+    #[test]
+    fn a_polling_wait_makes_no_attempt_after_one_that_saw_the_end() {
+        // Each attempt has a bound of its own: a second one after the wait's end could take the
+        // call past wait + one attempt's bound.
+        let slow = Slow {
+            each: Duration::from_millis(60),
+            attempts: AtomicU32::new(0),
+        };
+        let key = Key::new(b"k").unwrap();
+        let ttl = Ttl::new(Duration::from_secs(1)).unwrap();
+        let result = poll_acquire(&slow, &key, ttl, Duration::from_millis(20));
+        assert!(matches!(result, Err(Error::NotAcquired(_))), "{result:?}");
+        assert_eq!(slow.attempts.load(Ordering::Relaxed), 1);
+    }
 
     #[test]
     fn the_holders_expiry_wakes_on_time_and_the_heartbeat_does_not() {
