@@ -1,10 +1,14 @@
 //! What happens to holders that die, stop, or lose their session, and the seeds' scenarios, in both
 //! modes, against a real PostgreSQL.
 
+mod common;
+
+use common::{advisory_holders, scalar};
+
 use leasehold_core::{Client, Config, ErrorKind};
 use leasehold_postgres::{lock_id, PostgresBackend};
 use leasehold_testkit::{in_child, unique_key, wait_until, PostgresServer};
-use postgres::{NoTls, SimpleQueryMessage};
+use postgres::NoTls;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -24,18 +28,6 @@ fn client(query: &str) -> Client {
 
 fn admin() -> postgres::Client {
     postgres::Client::connect(&server().url(), NoTls).expect("admin session")
-}
-
-/// The first column of the first row of `sql`.
-fn scalar(db: &mut postgres::Client, sql: &str) -> Option<String> {
-    db.simple_query(sql)
-        .expect(sql)
-        .into_iter()
-        .find_map(|m| match m {
-            SimpleQueryMessage::Row(r) => Some(r.get(0).map(str::to_owned)),
-            _ => None,
-        })
-        .flatten()
 }
 
 fn kind<T: std::fmt::Debug>(r: leasehold_core::Result<T>) -> ErrorKind {
@@ -774,18 +766,6 @@ fn queue_id(table: &str, key: &str, permits: u32) -> i64 {
     h.update(b"\0");
     h.update(format!("leasehold:{key}").as_bytes());
     i64::from_be_bytes(h.finalize()[..8].try_into().unwrap())
-}
-
-/// How many sessions hold the advisory lock `id`.
-fn advisory_holders(db: &mut postgres::Client, id: i64) -> u32 {
-    let id = id as u64;
-    let sql = format!(
-        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted \
-         AND classid = {} AND objid = {} AND objsubid = 1",
-        id >> 32,
-        id & 0xffff_ffff
-    );
-    scalar(db, &sql).and_then(|n| n.parse().ok()).unwrap_or(0)
 }
 
 /// Finding 11: a waiter stopped (SIGSTOP) while it is the queue's head holds the queue lock, idle

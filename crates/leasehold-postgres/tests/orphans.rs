@@ -1,10 +1,14 @@
-//! Advisory locks that outlive every lease (issue 12's torture soak found the key refused for ~10 s
+//! Advisory locks that outlive every lease (a torture soak found the key refused for ~10 s
 //! with no holder, and one overlap): the server sequences behind them, driven exactly, one test each.
+
+mod common;
+
+use common::{advisory_holders, scalar};
 
 use leasehold_core::{Client, Config, ErrorKind};
 use leasehold_postgres::{lock_id, PostgresBackend};
 use leasehold_testkit::{unique_key, wait_until, FaultProxy, PostgresServer};
-use postgres::{NoTls, SimpleQueryMessage};
+use postgres::NoTls;
 use std::time::Duration;
 
 const LONG: Duration = Duration::from_secs(60);
@@ -22,17 +26,6 @@ fn admin() -> postgres::Client {
     postgres::Client::connect(&server().url(), NoTls).expect("admin session")
 }
 
-fn scalar(db: &mut postgres::Client, sql: &str) -> Option<String> {
-    db.simple_query(sql)
-        .expect(sql)
-        .into_iter()
-        .find_map(|m| match m {
-            SimpleQueryMessage::Row(r) => Some(r.get(0).map(str::to_owned)),
-            _ => None,
-        })
-        .flatten()
-}
-
 /// The server process of the session waiting for the advisory lock `id`, once there is one.
 fn waiter_pid(db: &mut postgres::Client, id: i64) -> i32 {
     let sql = format!(
@@ -48,17 +41,6 @@ fn waiter_pid(db: &mut postgres::Client, id: i64) -> i32 {
         "the waiter never queued for the lock"
     );
     pid.unwrap()
-}
-
-fn holders(db: &mut postgres::Client, id: i64) -> u32 {
-    let id = id as u64;
-    let sql = format!(
-        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted \
-         AND classid = {} AND objid = {} AND objsubid = 1",
-        id >> 32,
-        id & 0xffff_ffff
-    );
-    scalar(db, &sql).and_then(|n| n.parse().ok()).unwrap_or(0)
 }
 
 /// A waiter whose `lock_timeout` fires just as the holder lets go: the server grants the lock and
@@ -106,7 +88,7 @@ fn lock_timeout_that_races_a_grant_leaves_no_lock_behind() {
         Err(e) => assert_eq!(e.kind(), ErrorKind::NotAcquired, "{e}"),
     }
     assert_eq!(
-        holders(&mut db, id),
+        advisory_holders(&mut db, id),
         0,
         "a refused waiter left the lock held"
     );
@@ -150,7 +132,8 @@ fn table_queue_wait_that_races_a_grant_leaves_no_queue_lock_behind() {
     let k = key.clone();
     let head_wait = std::thread::spawn(move || head.acquire(&k, LONG, Duration::from_secs(20)));
     assert!(
-        wait_until(Duration::from_secs(5), || holders(&mut db, queue) == 1),
+        wait_until(Duration::from_secs(5), || advisory_holders(&mut db, queue)
+            == 1),
         "the first waiter never took the queue lock"
     );
     let k = key.clone();
@@ -172,7 +155,7 @@ fn table_queue_wait_that_races_a_grant_leaves_no_queue_lock_behind() {
         "the key was held throughout"
     );
     assert_eq!(
-        holders(&mut db, queue),
+        advisory_holders(&mut db, queue),
         0,
         "a refused waiter left the queue lock held"
     );
@@ -218,7 +201,7 @@ fn timed_out_extend_frees_the_key_only_after_the_holder_heard() {
     assert!(!lease.is_held(), "a timed-out extend leaves the lease lost");
     // The holder has heard; the key is still held by the session it has not given back yet.
     std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(holders(&mut db, id), 1);
+    assert_eq!(advisory_holders(&mut db, id), 1);
     assert_eq!(
         lease.extend(LONG).unwrap_err().kind(),
         ErrorKind::Lost,
@@ -228,7 +211,8 @@ fn timed_out_extend_frees_the_key_only_after_the_holder_heard() {
     assert_eq!(lease.release().unwrap_err().kind(), ErrorKind::Lost);
     // Giving it back closes the session, which frees the key at once.
     assert!(
-        wait_until(Duration::from_secs(3), || holders(&mut db, id) == 0),
+        wait_until(Duration::from_secs(3), || advisory_holders(&mut db, id)
+            == 0),
         "closing the lost lease's session frees the key"
     );
     other.try_acquire(&key, LONG).unwrap().release().unwrap();
