@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{advisory_holders, scalar};
+use common::{advisory_holders, idle_queue_holders, scalar};
 
 use leasehold_core::{Client, Config, ErrorKind};
 use leasehold_postgres::{lock_id, PostgresBackend};
@@ -791,6 +791,15 @@ fn stopped_queue_head_does_not_block_the_queue(query: &str, table: &str, permits
         "{query}: the child never became the queue's head"
     );
     head.signal(libc::SIGSTOP);
+    // An attempt the child sent just before it stopped still runs on the server: let it finish
+    // (refused, the key is still held) before the release, or it would take the key for a
+    // process that cannot know it did (a grant to a stopped process, not a blocked queue).
+    assert!(
+        wait_until(Duration::from_secs(10), || idle_queue_holders(
+            &mut db, queue
+        ) == 1),
+        "{query}: the stopped head's session never went idle"
+    );
     lease.release().unwrap();
     let started = Instant::now();
     let got = take(&other, Duration::from_secs(15));
