@@ -10,7 +10,8 @@
 //! - `{prefix}ps:{key}`: the semaphore `key`'s holders, token → expiry ms on the server's clock;
 //!   `{prefix}pf:{key}` its fence counter, `{prefix}pq:{key}` and `{prefix}ph:{key}` its waiters'
 //!   queue and heartbeats (single node); on Redlock nodes `{prefix}pn:{key}` (slot → token) and
-//!   `{prefix}pt:{key}` (token → slot) number the permits (see `redlock/kinds.rs`).
+//!   `{prefix}pt:{key}` (token → slot) number the permits (see `redlock/kinds.rs`), and
+//!   `{prefix}px:{key}` sorts the taken slots, to find the lowest free one by rank.
 
 use crate::keys::{namespaced, RedisKeys};
 use crate::scripts::{FORCE_RELEASE_SCRIPT, RESTORE_SCRIPT, SHARED_SETTLE_SCRIPT};
@@ -96,6 +97,8 @@ pub(crate) struct PermitKeys {
     pub(crate) heartbeats: Vec<u8>,
     pub(crate) slots: Vec<u8>,
     pub(crate) slot_of: Vec<u8>,
+    /// Redlock: the taken slots, sorted, to find the lowest free one by rank.
+    pub(crate) taken: Vec<u8>,
     /// For the wake-up lists' names.
     pub(crate) base: RedisKeys,
 }
@@ -110,6 +113,7 @@ impl PermitKeys {
             heartbeats: make(b"ph:"),
             slots: make(b"pn:"),
             slot_of: make(b"pt:"),
+            taken: make(b"px:"),
             base: RedisKeys::new(prefix, key),
         }
     }
@@ -137,6 +141,7 @@ mod tests {
             p.heartbeats,
             p.slots,
             p.slot_of,
+            p.taken,
         ];
         for (i, a) in all.iter().enumerate() {
             for b in &all[i + 1..] {

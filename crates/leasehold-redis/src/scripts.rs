@@ -828,15 +828,21 @@ end
 );
 
 /// Redlock's permit acquire on one node. KEYS: slots (slot → token), slot of (token → slot),
-/// expiries (token → server ms), fence, the node's stamp. ARGV: token, ttl ms, permits, slot
-/// hint (`-1`: none), fence granule µs, fence retention ms. Returns `{1, fence, slot}` or `{0, ms
-/// until the first expiry or -3, -1}`; `{-1, -1, -1}` or `{0, ms, -1}` from the node's gate (see
-/// [`REDLOCK_ACQUIRE`]).
+/// expiries (token → server ms), fence, the node's stamp, taken slots (a sorted set, each slot
+/// scored by its number). ARGV: token, ttl ms, permits, slot hint (`-1`: none), fence granule µs,
+/// fence retention ms. Returns `{1, fence, slot}` or `{0, ms until the first expiry or -3, -1}`;
+/// `{-1, -1, -1}` or `{0, ms, -1}` from the node's gate (see [`REDLOCK_ACQUIRE`]).
 ///
 /// Permits are numbered slots `0 .. permits-1`, each one a mutex, so that a quorum of nodes
 /// granting the same slot bounds the holders to `permits` (see `redlock/kinds.rs`). Without a
 /// hint the node grants its lowest free slot (nodes in step agree on it); with one, that slot or
 /// nothing. A token already holding a slot keeps it (a retry after a failed round).
+///
+/// The lowest free slot is found by bisecting the taken slots by rank (the slot at rank `r` is
+/// `r` while no slot below it is free): O(log² holders) however many permits are held, where a
+/// scan cost a script of ~100 ms on a semaphore with 65,535 live holders and blocked the node
+/// meanwhile. The sorted set is rebuilt from the slots when the two disagree (a release by a
+/// client that predates it, keys that expired apart).
 const REDLOCK_PERMIT_ACQUIRE: &str = with_gate!(
     r"
 local S, T, E, F = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -848,19 +854,41 @@ if held == -1 then
 elseif held then
   return {0, held, -1}
 end
+local X = KEYS[6]
 local gone = redis.call('ZRANGEBYSCORE', E, '-inf', now)
 for i = 1, #gone do
   local slot = redis.call('HGET', T, gone[i])
   if slot and redis.call('HGET', S, slot) == gone[i] then
     redis.call('HDEL', S, slot)
+    redis.call('ZREM', X, slot)
   end
   redis.call('HDEL', T, gone[i])
 end
 if #gone > 0 then
   redis.call('ZREMRANGEBYSCORE', E, '-inf', now)
 end
+local function rebuild()
+  redis.call('DEL', X)
+  local held = redis.call('HKEYS', S)
+  for i = 1, #held do
+    redis.call('ZADD', X, tonumber(held[i]), held[i])
+  end
+end
+local function lowest_free()
+  local lo, hi = 0, redis.call('ZCARD', X)
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    local at = redis.call('ZRANGE', X, mid, mid, 'WITHSCORES')
+    if tonumber(at[2]) > mid then
+      hi = mid
+    else
+      lo = mid + 1
+    end
+  end
+  return lo
+end
 local function stretch()
-  for _, k in ipairs({S, T, E}) do
+  for _, k in ipairs({S, T, E, X}) do
     if redis.call('PTTL', k) < ttl then
       redis.call('PEXPIRE', k, ttl)
     end
@@ -879,12 +907,14 @@ if hint >= 0 then
     slot = hint
   end
 elseif redis.call('HLEN', S) < permits then
-  -- Fewer than `permits` slots are taken, so one of the first HLEN + 1 is free.
-  for i = 0, permits - 1 do
-    if redis.call('HEXISTS', S, i) == 0 then
-      slot = i
-      break
-    end
+  -- Fewer than `permits` slots are taken, so the lowest free one is below `permits`.
+  if redis.call('ZCARD', X) ~= redis.call('HLEN', S) then
+    rebuild()
+  end
+  slot = lowest_free()
+  if redis.call('HEXISTS', S, slot) == 1 then
+    rebuild()
+    slot = lowest_free()
   end
 end
 if not slot then
@@ -896,6 +926,7 @@ if not slot then
 end
 reach(KEYS[5], now, ttl, ARGV[6])
 redis.call('HSET', S, slot, token)
+redis.call('ZADD', X, slot, slot)
 redis.call('HSET', T, token, slot)
 redis.call('ZADD', E, now + ttl, token)
 stretch()
@@ -903,13 +934,13 @@ return {1, fence_at(F, us, tonumber(ARGV[5]), ARGV[6]), slot}
 "
 );
 
-/// KEYS: slots, slot of, expiries. ARGV: token, ttl ms (`0`: release). Release or extend a
+/// KEYS: slots, slot of, expiries, taken slots. ARGV: token, ttl ms (`0`: release). Release or extend a
 /// Redlock permit on one node while it is unexpired, else 0; a release frees the slot even if
 /// expired. A release answers 1, an extend the slot the node holds the token in, plus 1: a
 /// permit is a quorum of nodes holding the same slot, so the client counts an extend by slot.
 const REDLOCK_PERMIT_SETTLE: &str = with_helpers!(
     r"
-local S, T, E = KEYS[1], KEYS[2], KEYS[3]
+local S, T, E, X = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, ttl = ARGV[1], tonumber(ARGV[2])
 local slot = redis.call('HGET', T, token)
 if not slot then
@@ -920,7 +951,7 @@ local live = tonumber(redis.call('ZSCORE', E, token) or '0') > now
   and redis.call('HGET', S, slot) == token
 if ttl > 0 and live then
   redis.call('ZADD', E, now + ttl, token)
-  for _, k in ipairs({S, T, E}) do
+  for _, k in ipairs({S, T, E, X}) do
     if redis.call('PTTL', k) < ttl then
       redis.call('PEXPIRE', k, ttl)
     end
@@ -930,6 +961,7 @@ end
 if ttl == 0 or not live then
   if redis.call('HGET', S, slot) == token then
     redis.call('HDEL', S, slot)
+    redis.call('ZREM', X, slot)
   end
   redis.call('HDEL', T, token)
   redis.call('ZREM', E, token)
