@@ -768,7 +768,7 @@ fn queue_id(table: &str, key: &str, permits: u32) -> i64 {
     i64::from_be_bytes(h.finalize()[..8].try_into().unwrap())
 }
 
-/// Finding 11: a waiter stopped (SIGSTOP) while it is the queue's head holds the queue lock, idle
+/// A waiter stopped (SIGSTOP) while it is the queue's head holds the queue lock, idle
 /// between attempts; newcomers take a free key only while nobody is queued, so before the fix every
 /// later waiting acquire of the key waited behind it for ever, even once the key was free. Its
 /// session now has a short idle timeout while it is queued, so the server ends it and the next
