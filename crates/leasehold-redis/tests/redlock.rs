@@ -99,6 +99,16 @@ fn eight_threads_200_cycles_zero_overlap() {
 }
 
 #[test]
+fn a_new_deployment_is_stamped_at_connect() {
+    let nodes = servers(3);
+    let _client = client(&url(&nodes, ""));
+    for node in &nodes {
+        let reply = node.command(&[b"EXISTS", b"leasehold:redlock:node"]);
+        assert!(reply.contains(":1"), "{}: {reply}", node.addr());
+    }
+}
+
+#[test]
 fn two_nodes_killed_still_acquires() {
     let mut nodes = servers(5);
     let client = client(&url(&nodes, FAST));

@@ -652,6 +652,15 @@ impl RedisCluster {
             cluster.wait_replicas_online(Duration::from_secs(30)),
             "the replicas did not finish their first sync"
         );
+        // A node learns the others' roles by gossip: until then it may list a replica as a
+        // master without slots, and a test counting masters would count it (seen in CI).
+        assert!(
+            wait_until(Duration::from_secs(30), || {
+                cluster.topology().iter().filter(|n| n.master).count() == masters
+            }),
+            "the nodes did not agree on {masters} masters: {:?}",
+            cluster.topology()
+        );
         cluster
     }
 

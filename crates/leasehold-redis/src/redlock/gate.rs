@@ -55,6 +55,11 @@ fn read(node: &Node, gate: &[u8], deadline: Deadline) -> Result<Option<Duration>
     Ok((stamped == 1).then(|| Duration::from_millis(u64::try_from(left).unwrap_or(0))))
 }
 
+/// Whether the node has a stamp (it grants, as far as the gate goes).
+pub(super) fn stamped(node: &Node, gate: &[u8], deadline: Deadline) -> Result<bool> {
+    read(node, gate, deadline).map(|left| left.is_some())
+}
+
 /// Stamps a node that has none: it grants nothing for `hold`. `true`: stamped now.
 fn init(node: &Node, gate: &[u8], hold: Duration, deadline: Deadline) -> Result<bool> {
     let ms = u64::try_from(hold.as_millis()).unwrap_or(u64::MAX);

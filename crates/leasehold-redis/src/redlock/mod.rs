@@ -142,19 +142,24 @@ impl RedlockBackend {
             unstamped: Arc::new((0..servers.len()).map(|_| AtomicBool::new(false)).collect()),
         };
         let calls = backend.call_deadline();
+        let gate = node::gate_key(&backend.prefix);
         let mut replies =
             backend
                 .fanout
                 .call_all(b"", backend.answer_timing(calls), move |_, node| {
-                    node.check(calls).map(|_| node.run_id(calls))
+                    node.check(calls)?;
+                    let run_id = node.run_id(calls);
+                    Ok((run_id, gate::stamped(node, &gate, calls)?))
                 });
         let mut tally = Tally::new(backend.fanout.len(), quorum);
         let mut run_ids: Vec<(usize, String)> = Vec::new();
+        let mut unstamped = false;
         while let Some((i, r)) = tally.hear_all(&mut replies, "connect") {
             match r {
-                Ok(run_id) => {
+                Ok((run_id, stamped)) => {
                     tally.yes += 1;
                     run_ids.extend(run_id.map(|id| (i, id)));
+                    unstamped |= !stamped;
                 }
                 Err(e) => tally.failed.push(e),
             }
@@ -165,6 +170,13 @@ impl RedlockBackend {
                 tally.unavailable("connect").message(),
                 &config.secrets(),
             ));
+        }
+        // A new deployment (or a node back without its data) is stamped now rather than by the
+        // first acquire, which would be refused by nodes that grant nothing until stamped, or
+        // spend its whole bound stamping them. Best effort: a round that meets an unstamped node
+        // stamps it too (see `gate.rs`).
+        if unstamped {
+            let _ = backend.stamp(backend.call_deadline());
         }
         for (i, node) in backend.fanout.nodes().enumerate() {
             if !tally.answered(i) {
@@ -462,7 +474,11 @@ impl LockBackend for RedlockBackend {
         let mut holders: Vec<u32> = infos.iter().map(|i| i.holders.unwrap_or(0)).collect();
         holders.sort_unstable_by(|a, b| b.cmp(a));
         let shared = infos.iter().filter(|i| i.shared == Some(true)).count() >= self.quorum;
-        let fence = infos.iter().filter_map(|i| i.fence).max();
+        // The fence a quorum's counters reach: the last one handed out (an acquire leaves it on
+        // a quorum); a node that granted after its round was decided may have drawn past it.
+        let mut fences: Vec<u64> = infos.iter().filter_map(|i| i.fence).collect();
+        fences.sort_unstable_by(|a, b| b.cmp(a));
+        let fence = fences.get(q).or(fences.first()).copied();
         Ok(KeyInfo::new(held, remaining, fence)
             .with_holders(holders.get(q).copied().unwrap_or(0), shared))
     }

@@ -143,6 +143,7 @@ impl RedlockBackend {
         let mut slots: Vec<(u32, Vec<(usize, u64)>)> = Vec::new();
         let mut ranks: Vec<u64> = Vec::new();
         let mut untrusted: Vec<usize> = Vec::new();
+        let mut holding_off = 0;
         while let Some((i, r)) = tally.hear(&mut replies, "acquire") {
             match r {
                 // A node where an earlier round's give-back of this token may still arrive (it
@@ -173,7 +174,10 @@ impl RedlockBackend {
                     ranks.extend(rank);
                 }
                 // Granting nothing until stamped: a refusal, not a failure.
-                Ok(Answer::Unstamped) => tally.no += 1,
+                Ok(Answer::Unstamped) => {
+                    tally.no += 1;
+                    holding_off += 1;
+                }
                 Err(e) => tally.failed.push(e),
             }
         }
@@ -256,7 +260,16 @@ impl RedlockBackend {
         // The nodes' queues may disagree a little: go by the middle one.
         ranks.sort_unstable();
         let rank = ranks.get(ranks.len() / 2).copied();
-        Round::Refused(rank, held_elsewhere(key).message().to_owned(), best_slot)
+        // Said as it is when nodes that grant nothing yet made the difference: nobody may hold it.
+        let why = if holding_off > 0 {
+            format!(
+                "key \"{key}\": not granted by a quorum: {holding_off} of the nodes that answered \
+                 grant nothing until they are stamped (new, or restarted without their data)"
+            )
+        } else {
+            held_elsewhere(key).message().to_owned()
+        };
+        Round::Refused(rank, why, best_slot)
     }
 
     /// Makes sure a quorum of nodes knows the fence about to be handed out (see `fence.rs`).
