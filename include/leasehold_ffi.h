@@ -42,6 +42,12 @@ typedef enum leasehold_status {
      * A bug in Leasehold, such as a caught panic. The process keeps running.
      */
     LEASEHOLD_INTERNAL = 5,
+    /**
+     * A wait ended early, nothing acquired: `leasehold_client_interrupt` was called, or SIGTERM or
+     * SIGINT arrived during it (the signal is delivered to the process's handler as the call
+     * returns).
+     */
+    LEASEHOLD_INTERRUPTED = 6,
 } leasehold_status;
 
 /**
@@ -143,6 +149,24 @@ enum leasehold_status leasehold_client_open_persistent(const char *url,
  * after this call, by any thread.
  */
 void leasehold_client_free(struct leasehold_client *client);
+
+/**
+ * Ends every wait in progress on `client` (`leasehold_acquire` and the other waiting acquires, on
+ * any thread) with `LEASEHOLD_INTERRUPTED`, within 100 ms. Waits that start later are not
+ * affected, nor are held leases or their keep-alive. For a worker's shutdown: call it from
+ * another thread, or from a signal handler.
+ *
+ * Async-signal-safe: it only increments an atomic counter. So it does not set
+ * `leasehold_last_error`, even for its one failure: NULL `client` gives
+ * `LEASEHOLD_INVALID_ARGUMENT`.
+ *
+ * (A waiting acquire also ends by itself when SIGTERM or SIGINT arrives on its thread: see the
+ * README's "Waits a signal can end".)
+ *
+ * # Safety
+ * `client` is NULL or a live client.
+ */
+enum leasehold_status leasehold_client_interrupt(const struct leasehold_client *client);
 
 /**
  * One attempt to take `key` for `ttl_ms` milliseconds.

@@ -28,6 +28,9 @@ ls /usr/sbin/php-fpm* >/dev/null 2>&1 || missing+=(php-fpm)
 # grep stops reading before php has written everything (php dies of SIGPIPE).
 php_modules() { php -m 2>/dev/null || true; }
 grep -qix pdo_sqlite <<<"$(php_modules)" || missing+=(php-sqlite3)
+# The fence gate's tests (PdoGate) run on PostgreSQL and MariaDB through PDO too.
+grep -qix pdo_pgsql <<<"$(php_modules)" || missing+=(php-pgsql)
+grep -qix pdo_mysql <<<"$(php_modules)" || missing+=(php-mysql)
 grep -qix redis <<<"$(php_modules)" || missing+=(php-redis)
 [ -d /usr/share/php/Symfony/Component/Lock ] || missing+=(php-symfony-lock)
 [ -d /usr/share/php/Symfony/Component/Semaphore ] || missing+=(php-symfony-semaphore)

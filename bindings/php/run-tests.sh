@@ -20,7 +20,7 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/n
     || fail "MariaDB is not installed (Debian: apt-get install mariadb-server mariadb-client)"
 ls /usr/sbin/php-fpm* >/dev/null 2>&1 || command -v php-fpm >/dev/null || [[ -n "${PHP_FPM:-}" ]] \
     || fail "php-fpm is not installed (Debian: apt-get install php-fpm)"
-for ext in ffi pcntl posix pdo_sqlite redis; do
+for ext in ffi pcntl posix pdo_sqlite pdo_pgsql pdo_mysql redis; do
     php -r "exit(extension_loaded('$ext') ? 0 : 1);" || fail "the PHP extension $ext is missing"
 done
 

@@ -19,6 +19,7 @@ static inline const char *status_name(leasehold_status s) {
     case LEASEHOLD_UNAVAILABLE: return "LEASEHOLD_UNAVAILABLE";
     case LEASEHOLD_INVALID_ARGUMENT: return "LEASEHOLD_INVALID_ARGUMENT";
     case LEASEHOLD_INTERNAL: return "LEASEHOLD_INTERNAL";
+    case LEASEHOLD_INTERRUPTED: return "LEASEHOLD_INTERRUPTED";
     }
     return "(unknown status)";
 }

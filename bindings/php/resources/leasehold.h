@@ -10,7 +10,8 @@ typedef enum leasehold_status {
     LEASEHOLD_LOST = 2,
     LEASEHOLD_UNAVAILABLE = 3,
     LEASEHOLD_INVALID_ARGUMENT = 4,
-    LEASEHOLD_INTERNAL = 5
+    LEASEHOLD_INTERNAL = 5,
+    LEASEHOLD_INTERRUPTED = 6
 } leasehold_status;
 
 const char *leasehold_version(void);

@@ -41,6 +41,8 @@ final class Library
     public const UNAVAILABLE = 3;
     public const INVALID_ARGUMENT = 4;
     public const INTERNAL = 5;
+    /** A wait ended early by `Client::interrupt()` or by SIGTERM/SIGINT: `acquire()` returns false. */
+    public const INTERRUPTED = 6;
 
     /** @var array<string, self> */
     private static array $byPath = [];

@@ -76,7 +76,9 @@ final class Lock implements LockInterface
 
     /**
      * Waits up to $wait seconds for the key. False when the wait ran out; never returns much later than $wait
-     * plus one I/O timeout.
+     * plus one I/O timeout. Also false, within 100 ms, when SIGTERM or SIGINT arrives during the wait (a queue
+     * worker told to stop): with `pcntl_async_signals(true)` the process's pcntl handlers run right after this
+     * returns.
      *
      * @param int|float $wait seconds; 0 makes a single attempt
      *
@@ -397,7 +399,7 @@ final class Lock implements LockInterface
             $this->keepingAlive = false;
             $this->keepAliveFailure = null;
             $this->keepAliveLossLogged = false;
-        } elseif ($status !== Library::NOT_ACQUIRED) {
+        } elseif ($status !== Library::NOT_ACQUIRED && $status !== Library::INTERRUPTED) {
             $error = $this->client->library()->error($status, 'cannot acquire the lock');
             $events?->backendError('acquire', $status, $error->getMessage(), $this->key);
             throw $error;

@@ -45,6 +45,9 @@ command runs and released when it ends. SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR
 leasehold are passed on to the command. If the lease is lost (the backend says it is no longer ours, or it
 could not be renewed in time), the command is told as --on-lost says and leasehold exits with 79.
 
+A SIGINT or SIGTERM that arrives while leasehold waits for the key (--wait) ends the wait within 100 ms and
+then acts as it normally would (the command was never started).
+
 The command runs in a process group of its own, so signals reach the processes it starts too; with
 --foreground it stays in leasehold's group (it can then read from the terminal, but only the command
 itself gets signals).
@@ -61,7 +64,8 @@ Exit status:
   75     the key is held by someone else (after --wait, if given); try again later
   79     the lease was lost while the command ran (it may have overlapped another holder)
   126    the command is not executable
-  127    the command was not found";
+  127    the command was not found
+  130    SIGINT or SIGTERM ended the wait for the key (the command never started)";
 
 #[derive(Debug, Args)]
 pub struct RunArgs {

@@ -16,6 +16,9 @@ pub const OS_ERROR: u8 = 71;
 pub const NOT_ACQUIRED: u8 = 75;
 /// The lease was lost while the command ran, so it may have overlapped with another holder.
 pub const LOST: u8 = 79;
+/// The wait was interrupted (by SIGINT or SIGTERM, which then ends leasehold itself unless the
+/// signal is ignored or handled), as shells report an interrupted command.
+pub const INTERRUPTED: u8 = 130;
 /// The command was found but cannot be executed (as shells do).
 pub const CANNOT_EXECUTE: u8 = 126;
 /// The command was not found (as shells do).
@@ -33,7 +36,8 @@ Exit status:
   75     run: the key is held by someone else (after --wait, if given); try again later
   79     run: the lease was lost while the command ran (it may have overlapped another holder)
   126    run: the command is not executable
-  127    run: the command was not found";
+  127    run: the command was not found
+  130    run: the wait for the key was interrupted (SIGINT or SIGTERM)";
 
 /// The exit code for a library error.
 pub fn for_error(error: &Error) -> u8 {
@@ -42,6 +46,7 @@ pub fn for_error(error: &Error) -> u8 {
         ErrorKind::Lost => LOST,
         ErrorKind::Unavailable => UNAVAILABLE,
         ErrorKind::InvalidArgument => USAGE,
+        ErrorKind::Interrupted => INTERRUPTED,
         _ => INTERNAL,
     }
 }

@@ -1,6 +1,7 @@
 //! The contract every backend implements.
 
 use crate::error::{Error, Result};
+use crate::interrupt::Watch;
 use crate::key::Key;
 use crate::kind::LeaseKind;
 use crate::raw_lease::RawLease;
@@ -8,7 +9,7 @@ use crate::token::Token;
 use crate::ttl::Ttl;
 use crate::wait::Waiter;
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A lock backend: blocking, object-safe, shared across threads.
 ///
@@ -71,14 +72,31 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
     /// do not override it: their way to wait goes in `waiter`, so every backend and kind waits by
     /// the same rules.
     fn acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl, wait: Duration) -> Result<RawLease> {
+        self.acquire_watched(key, kind, ttl, wait, &Watch::none())
+    }
+
+    /// [`LockBackend::acquire_as`] whose wait ends early with `Interrupted` when `watch` fires
+    /// (the client's [`crate::Client`] passes its interrupt switch and the signal watch). Backends
+    /// do not override it.
+    fn acquire_watched(
+        &self,
+        key: &Key,
+        kind: LeaseKind,
+        ttl: Ttl,
+        wait: Duration,
+        watch: &Watch<'_>,
+    ) -> Result<RawLease> {
         if wait.is_zero() {
             return self.try_acquire_as(key, kind, ttl);
         }
-        let mut waiter = self.waiter(key, kind, ttl)?;
-        crate::wait::acquire(&mut *waiter, key, kind, wait)
+        let end = crate::wait::deadline_after(wait);
+        let mut waiter = self.waiter(key, kind, ttl, end)?;
+        crate::wait::acquire(&mut *waiter, key, kind, end, watch)
     }
 
-    /// A waiting acquire's [`Waiter`]: one attempt and a way to block until woken. The default polls
+    /// A waiting acquire's [`Waiter`] for a wait that ends at `end`: one attempt and a way to block
+    /// until woken. Every round trip of the waiter is bounded by `end` plus one call's connect +
+    /// I/O, which the waiter works out once, here. The default polls
     /// [`LockBackend::try_acquire_as`] with backoff ([`crate::wait::Polling`]); a backend with a
     /// native way to wait (a queue, a wake-up) overrides it.
     fn waiter<'a>(
@@ -86,8 +104,11 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
         key: &'a Key,
         kind: LeaseKind,
         ttl: Ttl,
+        end: Instant,
     ) -> Result<Box<dyn Waiter + 'a>> {
-        Ok(Box::new(crate::wait::Polling::new(self, key, kind, ttl)))
+        Ok(Box::new(crate::wait::Polling::new(
+            self, key, kind, ttl, end,
+        )))
     }
 
     /// Where the backend's data lives now, for operators (`leasehold status`): for example which master

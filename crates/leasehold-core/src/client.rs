@@ -3,6 +3,7 @@
 use crate::backend::{KeyInfo, LockBackend};
 use crate::clock::BootTime;
 use crate::error::{Error, Result};
+use crate::interrupt::{Interrupts, Watch};
 use crate::key::Key;
 use crate::kind::{LeaseKind, Permits, MAX_PERMITS};
 use crate::lease::Lease;
@@ -20,6 +21,9 @@ pub struct Client {
     backend: Arc<dyn LockBackend>,
     stats: Arc<Stats>,
     prefix: Arc<str>,
+    interrupts: Arc<Interrupts>,
+    /// Whether a wait ends on SIGTERM/SIGINT (see [`crate::interrupt`]).
+    watch_signals: bool,
 }
 
 impl Client {
@@ -32,7 +36,36 @@ impl Client {
             backend,
             stats: Arc::default(),
             prefix: Arc::from(""),
+            interrupts: Arc::default(),
+            watch_signals: true,
         }
+    }
+
+    /// Waits of this client no longer end on SIGTERM or SIGINT (they do by default: see
+    /// [`crate::interrupt`]); [`Client::interrupt`] still ends them.
+    pub fn without_signal_watch(mut self) -> Self {
+        self.watch_signals = false;
+        self
+    }
+
+    /// Ends every wait in progress on this client and its clones with `Interrupted`, within
+    /// [`crate::interrupt::CHECK_EVERY`] plus a round trip. Later waits are not affected; held
+    /// leases and their keep-alive are not touched. Safe from any thread.
+    pub fn interrupt(&self) {
+        self.interrupts.interrupt();
+    }
+
+    /// The interrupt switch of this client, for a signal handler of the program's own (flipping it
+    /// is one atomic increment).
+    pub fn interrupts(&self) -> &Arc<Interrupts> {
+        &self.interrupts
+    }
+
+    /// This client with `switch` as its interrupt switch (clients that must end together, such as
+    /// a C handle's client and the one it reconnects in a fork() child, share one).
+    pub fn with_interrupts(mut self, switch: Arc<Interrupts>) -> Self {
+        self.interrupts = switch;
+        self
     }
 
     /// A client that counts nothing: only for measuring what the counters cost.
@@ -118,9 +151,11 @@ impl Client {
         let start = Instant::now();
         let result = match (kind, wait.is_zero()) {
             (LeaseKind::Exclusive, true) => self.backend.try_acquire(&key, ttl),
-            (LeaseKind::Exclusive, false) => self.backend.acquire(&key, ttl, wait),
             (kind, true) => self.backend.try_acquire_as(&key, kind, ttl),
-            (kind, false) => self.backend.acquire_as(&key, kind, ttl, wait),
+            (kind, false) => {
+                let watch = Watch::new(Some(&self.interrupts), self.watch_signals);
+                self.backend.acquire_watched(&key, kind, ttl, wait, &watch)
+            }
         };
         let elapsed = start.elapsed();
         self.stats
@@ -150,6 +185,11 @@ impl Client {
             Err(e) => {
                 match &e {
                     Error::NotAcquired(_) => self.stats.count(Event::NotAcquired),
+                    Error::Interrupted(why) => {
+                        self.stats.error(e.kind());
+                        tracing::debug!(target: "leasehold", event = "interrupted",
+                            backend = self.backend.name(), key = %key, why = %why);
+                    }
                     other => {
                         self.stats.error(other.kind());
                         tracing::warn!(target: "leasehold", event = "backend_error",

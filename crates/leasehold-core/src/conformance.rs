@@ -51,6 +51,7 @@ pub fn run(new_client: &dyn Fn() -> Client) {
         ("late_extend_is_lost", late_extend_is_lost),
         ("acquire_waits_for_release", acquire_waits_for_release),
         ("acquire_gives_up_after_wait", acquire_gives_up_after_wait),
+        ("interrupt_ends_a_wait", interrupt_ends_a_wait),
         ("binary_keys_work_and_differ", binary_keys_work_and_differ),
         (
             "bad_inputs_are_rejected_and_harmless",
@@ -245,6 +246,52 @@ fn acquire_waits_for_release(a: &Client, b: &Client) {
     assert!(waited < Duration::from_secs(10), "waited {waited:?}");
     assert!(next.fence() > fence);
     next.release().unwrap();
+}
+
+/// `Client::interrupt` ends a wait in progress with `Interrupted` (the contract says within
+/// 100 ms; the figure is printed, the assertion only rules out a wait that ran on), leaves the
+/// holder alone and leaves later waits alone.
+pub(crate) fn interrupt_wait_of(
+    a: &Client,
+    b: &Client,
+    take: fn(&Client, &[u8]) -> Result<Lease, Error>,
+    wait: fn(&Client, &[u8]) -> Result<Lease, Error>,
+) {
+    let k = key("interrupt");
+    let lease = take(a, &k).unwrap();
+    let (waiter, k2) = (b.clone(), k.clone());
+    let waiting = std::thread::spawn(move || wait(&waiter, &k2));
+    std::thread::sleep(Duration::from_millis(300));
+    let asked = Instant::now();
+    b.interrupt();
+    let result = waiting.join().unwrap();
+    let took = asked.elapsed();
+    eprintln!(
+        "conformance[{}]: a wait ended {} ms after the interrupt",
+        b.backend_name(),
+        took.as_millis()
+    );
+    assert_eq!(kind(result), ErrorKind::Interrupted);
+    assert!(took < Duration::from_secs(2), "the interrupt took {took:?}");
+    // (Advisory leases cap what they claim at the session's dead-peer bound, 10 s.)
+    assert!(lease.remaining() > Duration::from_secs(5));
+    // Nothing of the interrupted wait is left in the way, and the next wait is not interrupted.
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(150));
+        lease.release().unwrap();
+    });
+    let next = wait(b, &k).expect("a later wait is not interrupted");
+    releaser.join().unwrap();
+    next.release().unwrap();
+}
+
+fn interrupt_ends_a_wait(a: &Client, b: &Client) {
+    interrupt_wait_of(
+        a,
+        b,
+        |c, k| c.try_acquire(k, LONG),
+        |c, k| c.acquire(k, LONG, Duration::from_secs(20)),
+    );
 }
 
 fn acquire_gives_up_after_wait(a: &Client, b: &Client) {

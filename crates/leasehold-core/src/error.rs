@@ -22,6 +22,10 @@ pub enum Error {
     /// A bug in Leasehold (for example a caught panic).
     #[error("internal error: {0}")]
     Internal(String),
+    /// A wait ended early: the client was interrupted ([`crate::Client::interrupt`]) or the
+    /// process got SIGTERM or SIGINT while it waited. Nothing was acquired.
+    #[error("interrupted: {0}")]
+    Interrupted(String),
 }
 
 /// The kind of an [`Error`], with the C status values that are fixed forever.
@@ -33,6 +37,7 @@ pub enum ErrorKind {
     Unavailable,
     InvalidArgument,
     Internal,
+    Interrupted,
 }
 
 impl ErrorKind {
@@ -44,6 +49,7 @@ impl ErrorKind {
             ErrorKind::Unavailable => 3,
             ErrorKind::InvalidArgument => 4,
             ErrorKind::Internal => 5,
+            ErrorKind::Interrupted => 6,
         }
     }
 
@@ -55,16 +61,18 @@ impl ErrorKind {
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::InvalidArgument => "invalid_argument",
             ErrorKind::Internal => "internal",
+            ErrorKind::Interrupted => "interrupted",
         }
     }
 
     /// Every kind, in code order.
-    pub const ALL: [ErrorKind; 5] = [
+    pub const ALL: [ErrorKind; 6] = [
         ErrorKind::NotAcquired,
         ErrorKind::Lost,
         ErrorKind::Unavailable,
         ErrorKind::InvalidArgument,
         ErrorKind::Internal,
+        ErrorKind::Interrupted,
     ];
 }
 
@@ -82,6 +90,7 @@ impl Error {
             Error::Unavailable(_) => ErrorKind::Unavailable,
             Error::InvalidArgument(_) => ErrorKind::InvalidArgument,
             Error::Internal(_) => ErrorKind::Internal,
+            Error::Interrupted(_) => ErrorKind::Interrupted,
         }
     }
 
@@ -92,7 +101,8 @@ impl Error {
             | Error::Lost(m)
             | Error::Unavailable(m)
             | Error::InvalidArgument(m)
-            | Error::Internal(m) => m,
+            | Error::Internal(m)
+            | Error::Interrupted(m) => m,
         }
     }
 
@@ -111,6 +121,7 @@ impl Error {
             Error::Unavailable(_) => Error::Unavailable(message),
             Error::InvalidArgument(_) => Error::InvalidArgument(message),
             Error::Internal(_) => Error::Internal(message),
+            Error::Interrupted(_) => Error::Interrupted(message),
         }
     }
 

@@ -41,9 +41,11 @@ pub(crate) fn registry() -> &'static Registry {
         wake: Condvar::new(),
     });
     if made {
-        let spawned = std::thread::Builder::new()
-            .name("leasehold-keepalive".into())
-            .spawn(move || reg.run());
+        let spawned = crate::threads::quietly(|| {
+            std::thread::Builder::new()
+                .name("leasehold-keepalive".into())
+                .spawn(move || reg.run())
+        });
         if let Err(e) = spawned {
             tracing::error!(error = %e, "cannot start the keep-alive thread; leases will not be renewed");
         }

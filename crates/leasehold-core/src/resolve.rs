@@ -21,12 +21,14 @@ pub fn resolve(host: &str, port: u16, deadline: Deadline) -> Result<Vec<SocketAd
     let left = deadline.check(&format!("resolving {host}"))?;
     let (tx, rx) = mpsc::channel();
     let name = bare.to_owned();
-    std::thread::Builder::new()
-        .name("leasehold-resolve".into())
-        .spawn(move || {
-            let _ = tx.send((name.as_str(), port).to_socket_addrs().map(Vec::from_iter));
-        })
-        .map_err(|e| Error::Unavailable(format!("cannot start a resolver thread: {e}")))?;
+    crate::threads::quietly(|| {
+        std::thread::Builder::new()
+            .name("leasehold-resolve".into())
+            .spawn(move || {
+                let _ = tx.send((name.as_str(), port).to_socket_addrs().map(Vec::from_iter));
+            })
+    })
+    .map_err(|e| Error::Unavailable(format!("cannot start a resolver thread: {e}")))?;
     match rx.recv_timeout(left) {
         Ok(Ok(addrs)) if !addrs.is_empty() => Ok(addrs),
         Ok(Ok(_)) => Err(Error::Unavailable(format!("{host} has no addresses"))),

@@ -5,6 +5,7 @@
 //! retry count. A backend therefore cannot get one of these wrong on its own.
 
 use crate::error::{Error, Result};
+use crate::interrupt::{Watch, CHECK_EVERY};
 use crate::key::Key;
 use crate::kind::LeaseKind;
 use crate::raw_lease::RawLease;
@@ -51,22 +52,27 @@ impl Wake {
 }
 
 /// One waiting acquire, as a backend runs it: its place in the line, if it keeps one, and its way
-/// of blocking. [`acquire`] drives it and owns everything else.
+/// of blocking. [`acquire`] drives it and owns everything else. A waiter is made for one wait
+/// ([`crate::LockBackend::waiter`] gets the wait's end), so it works out the bound of its round
+/// trips once.
 pub trait Waiter {
     /// One attempt, which also takes or renews the waiter's place in the line. `last`: the wait is
     /// over, so this is the final attempt; refused, it must leave the line, so that no release
-    /// hands the key to a waiter that has gone. `end` is the wait's end: a backend whose server
-    /// queues waiters itself (PostgreSQL's lock queue) may block inside a non-final attempt until
-    /// then. `NotAcquired` counts as [`Turn::NotYet`].
-    fn attempt(&mut self, last: bool, end: Instant) -> Result<Turn>;
+    /// hands the key to a waiter that has gone. A backend whose server queues waiters itself
+    /// (PostgreSQL's lock queue) may block inside a non-final attempt, but only until
+    /// `block_until` (at most [`crate::interrupt::CHECK_EVERY`] away, so that an interrupt is
+    /// noticed in time). `NotAcquired` counts as [`Turn::NotYet`].
+    fn attempt(&mut self, last: bool, block_until: Instant) -> Result<Turn>;
 
-    /// Blocks until something may have changed (a wake-up, a release) or `wake.until`, whichever
-    /// comes first; returning early is fine. `Some(lease)`: the key was handed to this waiter
-    /// meanwhile.
-    fn block(&mut self, wake: Wake) -> Result<Option<RawLease>>;
+    /// Blocks until something may have changed (a wake-up, a release, a polling waiter's pause is
+    /// over) or `wake.until`, whichever comes first, and says which ([`Woken`]). Core may cut a long
+    /// wake into slices (to look for interrupts): a block that reaches the end of a slice with
+    /// nothing to report says [`Woken::Quiet`], and core blocks on without an attempt.
+    fn block(&mut self, wake: Wake) -> Result<Woken>;
 
-    /// The wait ends by `error` before its final attempt (an attempt or a block failed): leave the
-    /// line, and take a key handed to this waiter meanwhile. The default has no line to leave.
+    /// The wait ends by `error` before its final attempt (an attempt or a block failed, or the
+    /// wait was interrupted): leave the line, and take a key handed to this waiter meanwhile. The
+    /// default has no line to leave.
     fn give_up(&mut self, error: Error) -> Result<RawLease> {
         Err(error)
     }
@@ -77,26 +83,29 @@ pub trait Waiter {
     }
 }
 
-/// Waits up to `wait` for `key`: attempts through `waiter` until one is granted or the wait is
-/// over (one attempt at least, and a final one at the end), blocking in between. Errors other than
+/// Waits until `end` for `key`: attempts through `waiter` until one is granted or the wait is over
+/// (one attempt at least, and a final one at the end), blocking in between. Errors other than
 /// `NotAcquired` end the wait at once: a caller must be able to tell contention from a broken
-/// backend. The waiter bounds each of its own round trips, so the call ends within wait + connect
-/// + I/O.
+/// backend. So does `watch` firing (`Interrupted`), looked at least every
+/// [`CHECK_EVERY`]: blocks and server-side waits are cut into slices that long. The waiter bounds
+/// each of its own round trips, so the call ends within the wait + connect + I/O.
 pub fn acquire(
     waiter: &mut dyn Waiter,
     key: &Key,
     kind: LeaseKind,
-    wait: Duration,
+    end: Instant,
+    watch: &Watch<'_>,
 ) -> Result<RawLease> {
-    let end = deadline_after(wait);
     let mut attempts = 0u32;
     loop {
         if attempts > 0 {
             crate::stats::note_retry();
         }
         attempts = attempts.saturating_add(1);
-        let last = Instant::now() >= end;
-        let turn = match waiter.attempt(last, end) {
+        let now = Instant::now();
+        let last = now >= end;
+        let block_until = end.min(now.checked_add(CHECK_EVERY).unwrap_or(end));
+        let turn = match waiter.attempt(last, block_until) {
             Ok(turn) => turn,
             Err(Error::NotAcquired(why)) if last => return Err(Error::NotAcquired(why)),
             Err(Error::NotAcquired(_)) => Turn::NotYet { holder_left: None },
@@ -109,11 +118,32 @@ pub fn acquire(
             Turn::NotYet { .. } if last => return Err(refused(key, kind)),
             Turn::NotYet { holder_left } => holder_left,
         };
+        if let Err(interrupted) = watch.check() {
+            return waiter.give_up(interrupted);
+        }
         let wake = next_wake(end, waiter.heartbeat(), holder_left);
-        match waiter.block(wake) {
-            Ok(Some(lease)) => return Ok(lease),
-            Ok(None) => {}
-            Err(error) => return waiter.give_up(error),
+        loop {
+            let now = Instant::now();
+            let until = wake
+                .until
+                .min(now.checked_add(CHECK_EVERY).unwrap_or(wake.until));
+            let whole = until >= wake.until;
+            let slice = Wake {
+                until,
+                on_time: wake.on_time && whole,
+            };
+            let woken = match waiter.block(slice) {
+                Ok(Woken::Granted(lease)) => return Ok(lease),
+                Ok(Woken::Attempt) => true,
+                Ok(Woken::Quiet) => false,
+                Err(error) => return waiter.give_up(error),
+            };
+            if let Err(interrupted) = watch.check() {
+                return waiter.give_up(interrupted);
+            }
+            if whole || woken {
+                break;
+            }
         }
     }
 }
@@ -138,23 +168,58 @@ fn next_wake(end: Instant, heartbeat: Option<Duration>, holder_left: Option<Dura
     Wake { until, on_time }
 }
 
+/// How a [`Waiter::block`] ended.
+#[derive(Debug)]
+pub enum Woken {
+    /// The key was handed to this waiter meanwhile.
+    Granted(RawLease),
+    /// Something may have changed, or a polling waiter's pause is over: attempt now.
+    Attempt,
+    /// The block reached `wake.until` with nothing to report.
+    Quiet,
+}
+
 /// Sleeps between the attempts of a waiter that has no way to be woken: capped, jittered
-/// exponential backoff ([`Backoff::for_polling`]), never past the wake.
+/// exponential backoff ([`Backoff::for_polling`]), never past the wake. A pause cut short by the
+/// wake (a slice) goes on in the next block, so slicing never makes a waiter poll faster.
 #[derive(Debug, Clone)]
-pub struct Pause(Backoff);
+pub struct Pause {
+    backoff: Backoff,
+    /// When the pause under way ends.
+    due: Option<Instant>,
+}
 
 impl Pause {
     pub fn new() -> Self {
-        Pause(Backoff::for_polling())
+        Pause {
+            backoff: Backoff::for_polling(),
+            due: None,
+        }
     }
 
     /// A pause with its own first delay and cap.
     pub fn between(first: Duration, cap: Duration) -> Self {
-        Pause(Backoff::new(first, cap))
+        Pause {
+            backoff: Backoff::new(first, cap),
+            due: None,
+        }
     }
 
-    pub fn sleep(&mut self, wake: Wake) {
-        std::thread::sleep(self.0.next_delay().min(wake.left()));
+    /// Sleeps until the pause is over ([`Woken::Attempt`]) or the wake comes first
+    /// ([`Woken::Quiet`]).
+    pub fn sleep(&mut self, wake: Wake) -> Woken {
+        let now = Instant::now();
+        let backoff = &mut self.backoff;
+        let due = *self
+            .due
+            .get_or_insert_with(|| now.checked_add(backoff.next_delay()).unwrap_or(now));
+        let until = due.min(wake.until);
+        std::thread::sleep(until.saturating_duration_since(now));
+        if until < due {
+            return Woken::Quiet;
+        }
+        self.due = None;
+        Woken::Attempt
     }
 }
 
@@ -172,18 +237,27 @@ pub struct Polling<'a, B: crate::LockBackend + ?Sized> {
     kind: LeaseKind,
     ttl: crate::Ttl,
     pause: Pause,
+    /// The wait's end.
+    end: Instant,
     /// When the latest attempt returned.
     answered: Option<Instant>,
 }
 
 impl<'a, B: crate::LockBackend + ?Sized> Polling<'a, B> {
-    pub fn new(backend: &'a B, key: &'a Key, kind: LeaseKind, ttl: crate::Ttl) -> Self {
+    pub fn new(
+        backend: &'a B,
+        key: &'a Key,
+        kind: LeaseKind,
+        ttl: crate::Ttl,
+        end: Instant,
+    ) -> Self {
         Polling {
             backend,
             key,
             kind,
             ttl,
             pause: Pause::new(),
+            end,
             answered: None,
         }
     }
@@ -193,8 +267,8 @@ impl<B: crate::LockBackend + ?Sized> Waiter for Polling<'_, B> {
     /// Each attempt is one `try_acquire_as`, bounded by a call's connect + I/O of its own, so no
     /// final attempt starts once one has already looked at the key after the wait's end: that would
     /// take the call past wait + connect + I/O. A polling waiter holds no place to give up.
-    fn attempt(&mut self, last: bool, end: Instant) -> Result<Turn> {
-        if last && self.answered.is_some_and(|at| at >= end) {
+    fn attempt(&mut self, last: bool, _block_until: Instant) -> Result<Turn> {
+        if last && self.answered.is_some_and(|at| at >= self.end) {
             return Ok(Turn::NotYet { holder_left: None });
         }
         let result = self.backend.try_acquire_as(self.key, self.kind, self.ttl);
@@ -202,9 +276,8 @@ impl<B: crate::LockBackend + ?Sized> Waiter for Polling<'_, B> {
         result.map(Turn::Granted)
     }
 
-    fn block(&mut self, wake: Wake) -> Result<Option<RawLease>> {
-        self.pause.sleep(wake);
-        Ok(None)
+    fn block(&mut self, wake: Wake) -> Result<Woken> {
+        Ok(self.pause.sleep(wake))
     }
 }
 
@@ -230,7 +303,9 @@ pub fn poll_acquire_as<B: crate::LockBackend + ?Sized>(
     if wait.is_zero() {
         return backend.try_acquire_as(key, kind, ttl);
     }
-    acquire(&mut Polling::new(backend, key, kind, ttl), key, kind, wait)
+    let end = deadline_after(wait);
+    let mut waiter = Polling::new(backend, key, kind, ttl, end);
+    acquire(&mut waiter, key, kind, end, &Watch::none())
 }
 
 /// The `NotAcquired` error every backend gives for a key held by someone else.

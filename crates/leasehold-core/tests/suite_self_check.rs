@@ -68,11 +68,11 @@ struct WaitingWriter<'a> {
 }
 
 impl wait::Waiter for WaitingWriter<'_> {
-    fn attempt(&mut self, last: bool, end: std::time::Instant) -> Result<wait::Turn> {
-        self.polling.attempt(last, end)
+    fn attempt(&mut self, last: bool, block_until: std::time::Instant) -> Result<wait::Turn> {
+        self.polling.attempt(last, block_until)
     }
 
-    fn block(&mut self, wake: wait::Wake) -> Result<Option<RawLease>> {
+    fn block(&mut self, wake: wait::Wake) -> Result<wait::Woken> {
         self.polling.block(wake)
     }
 }
@@ -113,6 +113,7 @@ impl LockBackend for Memory {
         key: &'a Key,
         kind: LeaseKind,
         ttl: Ttl,
+        end: std::time::Instant,
     ) -> Result<Box<dyn wait::Waiter + 'a>> {
         // A waiting writer holds new readers back while it polls.
         let writer = kind == LeaseKind::Exclusive;
@@ -120,7 +121,7 @@ impl LockBackend for Memory {
             self.with(key, kind, |r, _| r.writers_waiting += 1);
         }
         Ok(Box::new(WaitingWriter {
-            polling: wait::Polling::new(self, key, kind, ttl),
+            polling: wait::Polling::new(self, key, kind, ttl, end),
             memory: self,
             key,
             writer,

@@ -89,6 +89,36 @@ pub unsafe extern "C" fn leasehold_client_free(client: *mut leasehold_client) {
     });
 }
 
+/// Ends every wait in progress on `client` (`leasehold_acquire` and the other waiting acquires, on
+/// any thread) with `LEASEHOLD_INTERRUPTED`, within 100 ms. Waits that start later are not
+/// affected, nor are held leases or their keep-alive. For a worker's shutdown: call it from
+/// another thread, or from a signal handler.
+///
+/// Async-signal-safe: it only increments an atomic counter. So it does not set
+/// `leasehold_last_error`, even for its one failure: NULL `client` gives
+/// `LEASEHOLD_INVALID_ARGUMENT`.
+///
+/// (A waiting acquire also ends by itself when SIGTERM or SIGINT arrives on its thread: see the
+/// README's "Waits a signal can end".)
+///
+/// # Safety
+/// `client` is NULL or a live client.
+#[no_mangle]
+pub unsafe extern "C" fn leasehold_client_interrupt(
+    client: *const leasehold_client,
+) -> leasehold_status {
+    // No panic boundary: nothing here can panic, and the boundary's error path allocates, which a
+    // signal handler must not.
+    // SAFETY: non-NULL client pointers are live handles from this library (header contract).
+    match unsafe { client.as_ref() } {
+        Some(client) => {
+            client.interrupt();
+            leasehold_status::LEASEHOLD_OK
+        }
+        None => leasehold_status::LEASEHOLD_INVALID_ARGUMENT,
+    }
+}
+
 /// One attempt to take `key` for `ttl_ms` milliseconds.
 ///
 /// `key` points to `key_len` bytes (1 to 1024, any bytes including NUL; not NUL-terminated), which

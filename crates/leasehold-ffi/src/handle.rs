@@ -2,6 +2,7 @@
 
 use crate::boundary::Secrets;
 use leasehold::fork::{self, PerProcess};
+use leasehold::interrupt::Interrupts;
 use leasehold::{Client, Config, Error, Result};
 use std::borrow::Cow;
 use std::mem::ManuallyDrop;
@@ -26,6 +27,9 @@ pub struct leasehold_client {
     /// reconnect failed (the next call tries again). Per process, so a child never takes a lock its
     /// parent (or a parent's thread, at the fork) held.
     forked: PerProcess<Mutex<Option<Client>>>,
+    /// Ends the waits of `opened` and of the clients made in fork() children
+    /// (`leasehold_client_interrupt`).
+    interrupts: Arc<Interrupts>,
 }
 
 impl leasehold_client {
@@ -40,12 +44,14 @@ impl leasehold_client {
         let config = Config::parse(url)?;
         let secrets = Arc::new(Secrets::new(config.secrets()));
         let client = leasehold::connect_config(&config).map_err(|e| secrets.redact(e))?;
+        let interrupts = client.interrupts().clone();
         Ok(Arc::new(leasehold_client {
             config,
             secrets,
             pid: fork::pid(),
             opened: ManuallyDrop::new(client),
             forked: PerProcess::new(),
+            interrupts,
         }))
     }
 
@@ -62,8 +68,16 @@ impl leasehold_client {
         // Connected without the lock held: a connect takes up to its timeout, and a process forked
         // meanwhile by another thread would inherit the lock held. Another thread of this process
         // may connect at the same time: the first to finish is kept, the other's client closed.
-        let client = leasehold::connect_config(&self.config).map_err(|e| self.redacted(e))?;
+        let client = leasehold::connect_config(&self.config)
+            .map_err(|e| self.redacted(e))?
+            .with_interrupts(self.interrupts.clone());
         Ok(Cow::Owned(lock(slot).get_or_insert(client).clone()))
+    }
+
+    /// Ends every wait in progress on this handle (see `leasehold_client_interrupt`): one atomic
+    /// increment, nothing else.
+    pub(crate) fn interrupt(&self) {
+        self.interrupts.interrupt();
     }
 
     pub(crate) fn redacted(&self, error: Error) -> Error {

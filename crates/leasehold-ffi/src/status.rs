@@ -26,6 +26,10 @@ pub enum leasehold_status {
     LEASEHOLD_INVALID_ARGUMENT = 4,
     /// A bug in Leasehold, such as a caught panic. The process keeps running.
     LEASEHOLD_INTERNAL = 5,
+    /// A wait ended early, nothing acquired: `leasehold_client_interrupt` was called, or SIGTERM or
+    /// SIGINT arrived during it (the signal is delivered to the process's handler as the call
+    /// returns).
+    LEASEHOLD_INTERRUPTED = 6,
 }
 
 impl From<ErrorKind> for leasehold_status {
@@ -35,6 +39,7 @@ impl From<ErrorKind> for leasehold_status {
             ErrorKind::Lost => leasehold_status::LEASEHOLD_LOST,
             ErrorKind::Unavailable => leasehold_status::LEASEHOLD_UNAVAILABLE,
             ErrorKind::InvalidArgument => leasehold_status::LEASEHOLD_INVALID_ARGUMENT,
+            ErrorKind::Interrupted => leasehold_status::LEASEHOLD_INTERRUPTED,
             // A kind added to core later is still an error; never report it as success.
             _ => leasehold_status::LEASEHOLD_INTERNAL,
         }

@@ -733,3 +733,18 @@ fn fork_child_uses_inherited_client_mysql_named() {
 fn fork_child_uses_inherited_client_mysql_table() {
     run("fork", &[("LEASEHOLD_URL", &mysql_url(MysqlMode::Table))]);
 }
+
+#[test]
+fn interrupt_ends_waits_local() {
+    let dir = TempDir::new("ffi-interrupt");
+    print!(
+        "{}",
+        run("interrupt", &[("LEASEHOLD_URL", &file_url(&dir))])
+    );
+}
+
+#[test]
+fn interrupt_ends_waits_mysql_named() {
+    let url = mysql_url(MysqlMode::Named);
+    print!("{}", run("interrupt", &[("LEASEHOLD_URL", &url)]));
+}

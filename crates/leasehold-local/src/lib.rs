@@ -445,8 +445,11 @@ impl LockBackend for LocalBackend {
         key: &'a Key,
         kind: LeaseKind,
         ttl: Ttl,
+        end: Instant,
     ) -> Result<Box<dyn Waiter + 'a>> {
-        Ok(Box::new(queue::QueueWaiter::new(self, key, kind, ttl)?))
+        Ok(Box::new(queue::QueueWaiter::new(
+            self, key, kind, ttl, end,
+        )?))
     }
 
     fn release(&self, lease: &mut RawLease) -> Result<()> {

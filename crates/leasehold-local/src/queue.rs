@@ -19,7 +19,7 @@ use crate::file::{Locked, Mode};
 use crate::record::Admit;
 use crate::wake::Watch;
 use crate::{clock, full_error, stale_ns, want, LocalBackend};
-use leasehold_core::wait::{Backoff, Turn, Waiter, Wake};
+use leasehold_core::wait::{Backoff, Turn, Waiter, Wake, Woken};
 use leasehold_core::{Error, Key, LeaseKind, RawLease, Result, Token, Ttl};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -36,6 +36,8 @@ pub(crate) struct QueueWaiter<'a> {
     key: &'a Key,
     kind: LeaseKind,
     ttl: Ttl,
+    /// The wait's end: no I/O runs past it plus one I/O timeout.
+    end: Instant,
     token: Token,
     name: String,
     path: PathBuf,
@@ -57,6 +59,7 @@ impl<'a> QueueWaiter<'a> {
         key: &'a Key,
         kind: LeaseKind,
         ttl: Ttl,
+        end: Instant,
     ) -> Result<Self> {
         let name = backend.record_name(key, kind);
         Ok(QueueWaiter {
@@ -66,6 +69,7 @@ impl<'a> QueueWaiter<'a> {
             key,
             kind,
             ttl,
+            end,
             token: Token::generate()?,
             ticket: None,
             watch: None,
@@ -80,7 +84,7 @@ impl<'a> QueueWaiter<'a> {
 }
 
 impl Waiter for QueueWaiter<'_> {
-    fn attempt(&mut self, last: bool, end: Instant) -> Result<Turn> {
+    fn attempt(&mut self, last: bool, _block_until: Instant) -> Result<Turn> {
         let backend = self.backend;
         let (want, exclusive) = (want(self.kind), self.kind == LeaseKind::Exclusive);
         if let Some((w, _)) = &self.watch {
@@ -88,7 +92,9 @@ impl Waiter for QueueWaiter<'_> {
         }
         let sent = Instant::now();
         // No I/O may run past the wait plus one I/O timeout.
-        let give_up = backend.give_up(sent).min(backend.give_up(end).max(sent));
+        let give_up = backend
+            .give_up(sent)
+            .min(backend.give_up(self.end).max(sent));
         let file = Locked::open(&backend.dir, &self.name, true, Mode::Exclusive, give_up)?
             .ok_or_else(|| Error::Internal("record file vanished".into()))?;
         if self.watch.as_ref().is_some_and(|(_, id)| *id != file.id()) {
@@ -168,7 +174,7 @@ impl Waiter for QueueWaiter<'_> {
     /// Sleeps until something may have changed: the first [`WATCHERS`] waiters until a wake-up of
     /// the record file, the others a short while, since they only have to notice that they moved
     /// up.
-    fn block(&mut self, wake: Wake) -> Result<Option<RawLease>> {
+    fn block(&mut self, wake: Wake) -> Result<Woken> {
         let nap = wake.left();
         if self.position.is_some_and(|p| p < WATCHERS) {
             if self.watch.is_none() && !self.watch_failed {
@@ -177,17 +183,20 @@ impl Waiter for QueueWaiter<'_> {
                 if self.watch.is_some() {
                     // A release between our look and the new watch would go unseen: look again
                     // first.
-                    return Ok(None);
+                    return Ok(Woken::Attempt);
                 }
             }
             match &self.watch {
-                Some((w, _)) => w.wait(nap),
+                Some((w, _)) if w.wait(nap) => return Ok(Woken::Attempt),
+                Some(_) => return Ok(Woken::Quiet),
                 None => std::thread::sleep(nap.min(self.poll_soon.next_delay())),
             }
         } else {
             std::thread::sleep(nap.min(self.look_later.next_delay()));
         }
-        Ok(None)
+        // The short naps of a waiter without a watch: it looks after each (they are far below
+        // core's slices).
+        Ok(Woken::Attempt)
     }
 
     fn heartbeat(&self) -> Option<Duration> {

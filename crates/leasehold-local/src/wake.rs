@@ -95,10 +95,11 @@ impl Watch {
         }
     }
 
-    /// Blocks until the file changes or `timeout` passes.
-    pub(crate) fn wait(&self, timeout: Duration) {
+    /// Blocks until the file changes (`true`) or `timeout` passes (`false`).
+    pub(crate) fn wait(&self, timeout: Duration) -> bool {
         let Some(fd) = &self.fd else {
-            return std::thread::sleep(timeout);
+            std::thread::sleep(timeout);
+            return false;
         };
         let mut pfd = libc::pollfd {
             fd: fd.as_raw_fd(),
@@ -111,9 +112,9 @@ impl Watch {
             tv_nsec: timeout.subsec_nanos() as libc::c_long,
         };
         // SAFETY: `pfd` and `ts` are valid for the call; no signal mask is changed (NULL).
-        unsafe {
-            libc::ppoll(&mut pfd, 1, &ts, std::ptr::null());
-        }
+        let ready = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+        // An interrupted poll (EINTR) counts as a wake-up too: the caller looks again.
+        ready != 0
     }
 }
 

@@ -44,6 +44,7 @@
 //!   time, at most once a minute per client, from release): table mode's rows, and named mode's
 //!   fence rows of names nobody holds. A fence lost with its row is replaced by the clock term.
 
+pub mod gate;
 mod named;
 mod names;
 mod session;
@@ -170,7 +171,8 @@ impl LockBackend for MysqlBackend {
     /// The waiter's attempt, as the final one of a wait: bounded like any call, and a writer does
     /// not mark itself as waiting.
     fn try_acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl) -> Result<RawLease> {
-        match self.waiter(key, kind, ttl)?.attempt(true, Instant::now())? {
+        let now = Instant::now();
+        match self.waiter(key, kind, ttl, now)?.attempt(true, now)? {
             Turn::Granted(lease) => Ok(lease),
             Turn::NotYet { .. } => Err(wait::refused(key, kind)),
         }
@@ -181,11 +183,12 @@ impl LockBackend for MysqlBackend {
         key: &'a Key,
         kind: LeaseKind,
         ttl: Ttl,
+        end: Instant,
     ) -> Result<Box<dyn Waiter + 'a>> {
         let ask = self.ask(key, ttl);
         match &self.mode {
-            Mode::Named(n) => n.waiter(&self.pools, ask, kind),
-            Mode::Table(t) => Ok(t.waiter(&self.pools, ask, kind)),
+            Mode::Named(n) => n.waiter(&self.pools, ask, kind, end),
+            Mode::Table(t) => Ok(t.waiter(&self.pools, ask, kind, end)),
         }
     }
 

@@ -77,6 +77,7 @@ impl Named {
         pools: &'a Pools,
         ask: Ask<'a>,
         kind: LeaseKind,
+        end: Instant,
     ) -> Result<Box<dyn Waiter + 'a>> {
         match kind {
             LeaseKind::Shared => Err(Error::invalid(
@@ -85,13 +86,13 @@ impl Named {
             LeaseKind::Exclusive => {
                 let name = lock_name(&ask.prefixed);
                 let names = [name.clone()];
-                Ok(Box::new(Attempts::new(pools, move |_, deadline| {
+                Ok(Box::new(Attempts::new(pools, end, move |_, deadline| {
                     self.attempt(pools, &ask, &names, &name, kind, deadline)
                 })))
             }
             LeaseKind::Permit(n) => {
                 let semaphore = semaphore_name(&ask.prefixed);
-                Ok(Box::new(Attempts::new(pools, move |_, deadline| {
+                Ok(Box::new(Attempts::new(pools, end, move |_, deadline| {
                     self.try_permit(pools, &ask, &semaphore, n, deadline)
                 })))
             }

@@ -292,12 +292,14 @@ impl Manager {
     /// thread, made on demand, so this keeps working after `fork()`.
     fn open(&self, opts: OptsBuilder, deadline: Deadline) -> std::result::Result<Conn, String> {
         let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
-            .name("leasehold-mysql-connect".into())
-            .spawn(move || {
-                let _ = tx.send(Conn::new(opts));
-            })
-            .map_err(|e| format!("cannot start a connect thread: {e}"))?;
+        leasehold_core::threads::quietly(|| {
+            std::thread::Builder::new()
+                .name("leasehold-mysql-connect".into())
+                .spawn(move || {
+                    let _ = tx.send(Conn::new(opts));
+                })
+        })
+        .map_err(|e| format!("cannot start a connect thread: {e}"))?;
         match rx.recv_timeout(deadline.remaining()) {
             Ok(Ok(conn)) => Ok(conn),
             Ok(Err(e)) => Err(self.redact(&describe_connect(&e))),

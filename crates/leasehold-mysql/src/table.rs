@@ -84,11 +84,16 @@ impl Table {
         pools: &'a Pools,
         ask: Ask<'a>,
         kind: LeaseKind,
+        end: Instant,
     ) -> Box<dyn Waiter + 'a> {
-        Box::new(Attempts::new(pools, move |waiting, deadline| match kind {
-            LeaseKind::Permit(n) => self.try_permit(pools, &ask, n, deadline),
-            _ => self.try_lock(pools, &ask, kind == LeaseKind::Shared, waiting, deadline),
-        }))
+        Box::new(Attempts::new(
+            pools,
+            end,
+            move |waiting, deadline| match kind {
+                LeaseKind::Permit(n) => self.try_permit(pools, &ask, n, deadline),
+                _ => self.try_lock(pools, &ask, kind == LeaseKind::Shared, waiting, deadline),
+            },
+        ))
     }
 
     /// One attempt at an exclusive (or, with `shared`, a shared) lease.

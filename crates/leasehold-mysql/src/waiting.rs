@@ -3,8 +3,8 @@
 //! or the wait's end.
 
 use crate::session::Pools;
-use leasehold_core::wait::{Pause, Turn, Waiter, Wake};
-use leasehold_core::{Deadline, RawLease, Result};
+use leasehold_core::wait::{Pause, Turn, Waiter, Wake, Woken};
+use leasehold_core::{Deadline, Result};
 use std::time::{Duration, Instant};
 
 const FIRST_PAUSE: Duration = Duration::from_millis(5);
@@ -12,29 +12,30 @@ const MAX_PAUSE: Duration = Duration::from_millis(100);
 
 /// A mode's attempt: told whether more attempts may follow (a waiting writer marks itself so new
 /// readers hold back) and the whole call's bound.
-pub(crate) struct Attempts<'a, F> {
-    pools: &'a Pools,
+pub(crate) struct Attempts<F> {
+    /// The whole call's bound: the wait's end plus one call's connect + I/O.
+    bound: Deadline,
     attempt: F,
     pause: Pause,
 }
 
-impl<'a, F: FnMut(bool, Deadline) -> Result<Turn>> Attempts<'a, F> {
-    pub fn new(pools: &'a Pools, attempt: F) -> Self {
+impl<F: FnMut(bool, Deadline) -> Result<Turn>> Attempts<F> {
+    /// The attempts of a wait that ends at `end`.
+    pub fn new(pools: &Pools, end: Instant, attempt: F) -> Self {
         Attempts {
-            pools,
+            bound: pools.acquire_until(end),
             attempt,
             pause: Pause::between(FIRST_PAUSE, MAX_PAUSE),
         }
     }
 }
 
-impl<F: FnMut(bool, Deadline) -> Result<Turn>> Waiter for Attempts<'_, F> {
-    fn attempt(&mut self, last: bool, end: Instant) -> Result<Turn> {
-        (self.attempt)(!last, self.pools.acquire_until(end))
+impl<F: FnMut(bool, Deadline) -> Result<Turn>> Waiter for Attempts<F> {
+    fn attempt(&mut self, last: bool, _block_until: Instant) -> Result<Turn> {
+        (self.attempt)(!last, self.bound)
     }
 
-    fn block(&mut self, wake: Wake) -> Result<Option<RawLease>> {
-        self.pause.sleep(wake);
-        Ok(None)
+    fn block(&mut self, wake: Wake) -> Result<Woken> {
+        Ok(self.pause.sleep(wake))
     }
 }

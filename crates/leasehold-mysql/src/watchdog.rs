@@ -100,14 +100,14 @@ fn start(watch: &'static Watch) -> bool {
     let mut thread: libc::pthread_t = 0;
     // SAFETY: default attributes; `main` has the signature pthread_create expects, and its argument
     // lives for the rest of the process.
-    let rc = unsafe {
+    let rc = leasehold_core::threads::quietly(|| unsafe {
         libc::pthread_create(
             &mut thread,
             std::ptr::null(),
             main,
             watch as *const Watch as *mut libc::c_void,
         )
-    };
+    });
     if rc != 0 {
         return false;
     }

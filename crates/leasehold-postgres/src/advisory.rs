@@ -10,7 +10,7 @@ use crate::lock_id::{lock_id, semaphore_internal, semaphore_slot_sql};
 use crate::session::{describe, keep_detached, last_value, number, Conn, Failure, Pools, Prepared};
 use crate::waiting::{bounded_wait, hold_place, join_queue, unlock_all, Line};
 use crate::{acquiring, call_rows, timed, with_session, Ask};
-use leasehold_core::wait::{held_elsewhere, Pause, Turn, Waiter, Wake};
+use leasehold_core::wait::{held_elsewhere, Pause, Turn, Waiter, Wake, Woken};
 use leasehold_core::Deadline;
 use leasehold_core::{Error, Key, KeyInfo, LeaseKind, Permits, RawLease, Result, Token, Ttl};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -550,33 +550,31 @@ pub(crate) struct LockWaiter<'a> {
     advisory: &'a Advisory,
     ask: Ask<'a>,
     shared: bool,
-    call: Option<Deadline>,
+    /// The whole call's bound (wait + connect + I/O), for every round trip of the call.
+    call: Deadline,
     pause: Pause,
 }
 
 impl<'a> LockWaiter<'a> {
-    pub fn new(advisory: &'a Advisory, ask: Ask<'a>, shared: bool) -> LockWaiter<'a> {
+    pub fn new(advisory: &'a Advisory, ask: Ask<'a>, shared: bool, end: Instant) -> LockWaiter<'a> {
+        let pools = ask.pools;
         LockWaiter {
             advisory,
             ask,
             shared,
-            call: None,
+            call: Deadline::for_acquire_until(end, pools.connect_timeout, pools.io_timeout),
             pause: Pause::new(),
         }
     }
 }
 
 impl Waiter for LockWaiter<'_> {
-    fn attempt(&mut self, last: bool, end: Instant) -> Result<Turn> {
-        let pools = self.ask.pools;
-        // The whole call's bound (wait + connect + I/O), for every round trip of the call.
-        let call = *self.call.get_or_insert_with(|| {
-            Deadline::for_acquire_until(end, pools.connect_timeout, pools.io_timeout)
-        });
+    fn attempt(&mut self, last: bool, block_until: Instant) -> Result<Turn> {
+        let call = self.call;
         if !last {
             return self
                 .advisory
-                .wait_for_lock(&self.ask, self.shared, end, call);
+                .wait_for_lock(&self.ask, self.shared, block_until, call);
         }
         match self.advisory.try_by(&self.ask, self.shared, call) {
             Ok(lease) => Ok(Turn::Granted(lease)),
@@ -585,9 +583,8 @@ impl Waiter for LockWaiter<'_> {
         }
     }
 
-    fn block(&mut self, wake: Wake) -> Result<Option<RawLease>> {
-        self.pause.sleep(wake);
-        Ok(None)
+    fn block(&mut self, wake: Wake) -> Result<Woken> {
+        Ok(self.pause.sleep(wake))
     }
 }
 
@@ -603,9 +600,14 @@ pub(crate) struct PermitWaiter<'a> {
 }
 
 impl<'a> PermitWaiter<'a> {
-    pub fn new(advisory: &'a Advisory, ask: Ask<'a>, permits: Permits) -> PermitWaiter<'a> {
+    pub fn new(
+        advisory: &'a Advisory,
+        ask: Ask<'a>,
+        permits: Permits,
+        end: Instant,
+    ) -> PermitWaiter<'a> {
         let (queue, channel) = semaphore_internal("queue", "", &ask.prefixed);
-        let line = Line::new(ask.pools, queue, channel, "wait for a permit");
+        let line = Line::new(ask.pools, queue, channel, "wait for a permit", end);
         PermitWaiter {
             advisory,
             ask,
@@ -695,8 +697,8 @@ impl<'a> PermitWaiter<'a> {
 }
 
 impl Waiter for PermitWaiter<'_> {
-    fn attempt(&mut self, last: bool, end: Instant) -> Result<Turn> {
-        let call = self.line.call(end);
+    fn attempt(&mut self, last: bool, block_until: Instant) -> Result<Turn> {
+        let call = self.line.call();
         if !self.line.is_head() {
             if last {
                 // One last look, as a newcomer that does not queue.
@@ -721,14 +723,14 @@ impl Waiter for PermitWaiter<'_> {
                     None => Turn::NotYet { holder_left: None },
                 });
             }
-            if let Some(turn) = self.enter(end, call)? {
+            if let Some(turn) = self.enter(block_until, call)? {
                 return Ok(turn);
             }
         }
         self.at_head(last, call)
     }
 
-    fn block(&mut self, wake: Wake) -> Result<Option<RawLease>> {
+    fn block(&mut self, wake: Wake) -> Result<Woken> {
         self.line.block(wake)
     }
 

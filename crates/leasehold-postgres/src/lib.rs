@@ -147,12 +147,14 @@
 
 mod advisory;
 mod ask;
+pub mod gate;
 mod lock_id;
 mod session;
 mod table;
 mod tls;
 mod waiting;
 
+pub use gate::{FenceGate, GateError};
 pub use lock_id::{lock_id, semaphore_slot_id};
 
 use advisory::{Advisory, LockWaiter, PermitWaiter};
@@ -307,16 +309,21 @@ impl LockBackend for PostgresBackend {
         key: &'a Key,
         kind: LeaseKind,
         ttl: Ttl,
+        end: Instant,
     ) -> Result<Box<dyn Waiter + 'a>> {
         let ask = self.ask(key, ttl);
         Ok(match (&self.mode, kind) {
-            (Mode::Advisory(a), LeaseKind::Exclusive) => Box::new(LockWaiter::new(a, ask, false)),
-            (Mode::Advisory(a), LeaseKind::Shared) => Box::new(LockWaiter::new(a, ask, true)),
-            (Mode::Advisory(a), LeaseKind::Permit(n)) => Box::new(PermitWaiter::new(a, ask, n)),
+            (Mode::Advisory(a), LeaseKind::Exclusive) => {
+                Box::new(LockWaiter::new(a, ask, false, end))
+            }
+            (Mode::Advisory(a), LeaseKind::Shared) => Box::new(LockWaiter::new(a, ask, true, end)),
+            (Mode::Advisory(a), LeaseKind::Permit(n)) => {
+                Box::new(PermitWaiter::new(a, ask, n, end))
+            }
             (
                 Mode::Table(t),
                 kind @ (LeaseKind::Exclusive | LeaseKind::Shared | LeaseKind::Permit(_)),
-            ) => Box::new(QueueWaiter::new(t, ask, kind)),
+            ) => Box::new(QueueWaiter::new(t, ask, kind, end)),
             (_, other) => {
                 return Err(Error::invalid(format!(
                     "the {} backend does not offer {} leases",

@@ -21,7 +21,7 @@ use crate::lock_id::{hex, semaphore_internal, wait_queue};
 use crate::session::{describe, last_value, number, Conn, Failure, Pools, Session};
 use crate::waiting::{bounded_wait, hold_place, join_queue, Line};
 use crate::{acquiring, call_rows, created_meanwhile, timed, with_session, Ask};
-use leasehold_core::wait::{held_elsewhere, Turn, Waiter, Wake};
+use leasehold_core::wait::{held_elsewhere, Turn, Waiter, Wake, Woken};
 use leasehold_core::{
     Deadline, Error, Key, KeyInfo, LeaseKind, Permits, RawLease, Result, Token, Ttl,
 };
@@ -778,13 +778,13 @@ pub(crate) struct QueueWaiter<'a> {
 }
 
 impl<'a> QueueWaiter<'a> {
-    pub fn new(table: &'a Table, ask: Ask<'a>, kind: LeaseKind) -> QueueWaiter<'a> {
+    pub fn new(table: &'a Table, ask: Ask<'a>, kind: LeaseKind, end: Instant) -> QueueWaiter<'a> {
         let (queue, channel) = match kind {
             LeaseKind::Permit(_) => semaphore_internal("queue", &table.name, &ask.prefixed),
             _ => wait_queue(&table.name, &ask.prefixed),
         };
         let key_hex = hex(&ask.prefixed);
-        let line = Line::new(ask.pools, queue, channel, "wait for the key");
+        let line = Line::new(ask.pools, queue, channel, "wait for the key", end);
         QueueWaiter {
             table,
             ask,
@@ -970,8 +970,8 @@ impl<'a> QueueWaiter<'a> {
 }
 
 impl Waiter for QueueWaiter<'_> {
-    fn attempt(&mut self, last: bool, end: Instant) -> Result<Turn> {
-        let call = self.line.call(end);
+    fn attempt(&mut self, last: bool, block_until: Instant) -> Result<Turn> {
+        let call = self.line.call();
         if !self.line.is_head() {
             // The final attempt of a waiter not in the queue (its entry timed out, or the wait was
             // over at once) only looks, and keeps nothing.
@@ -986,7 +986,7 @@ impl Waiter for QueueWaiter<'_> {
                 head.then_some(self.table.bound.as_str()),
                 self.line.queue,
                 &self.line.channel,
-                end,
+                block_until,
                 self.ask.pools.io_timeout,
             );
             if !self.line.enter(conn, &enter, call)? {
@@ -997,7 +997,7 @@ impl Waiter for QueueWaiter<'_> {
         self.at_head(last, call)
     }
 
-    fn block(&mut self, wake: Wake) -> Result<Option<RawLease>> {
+    fn block(&mut self, wake: Wake) -> Result<Woken> {
         self.line.block(wake)
     }
 

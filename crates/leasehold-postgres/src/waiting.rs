@@ -18,8 +18,8 @@
 //! a statement, not idle: once granted, its statement sets the short timeout with the LISTEN.
 
 use crate::session::{Conn, Pools};
-use leasehold_core::wait::{Pause, Wake};
-use leasehold_core::{Deadline, RawLease, Result};
+use leasehold_core::wait::{Pause, Wake, Woken};
+use leasehold_core::{Deadline, Result};
 use std::time::{Duration, Instant};
 
 /// How often the queue's head makes an attempt at the least, whatever it waits for: each attempt is
@@ -134,30 +134,34 @@ pub(crate) struct Line<'a> {
     /// What the wait is, for errors: `wait for the key`, `wait for a permit`.
     what: &'static str,
     place: Place,
-    call: Option<Deadline>,
+    /// The whole call's bound, wait + connect + I/O, that every round trip of the call draws from.
+    call: Deadline,
     pause: Pause,
 }
 
 impl<'a> Line<'a> {
-    pub fn new(pools: &'a Pools, queue: i64, channel: String, what: &'static str) -> Line<'a> {
+    /// The line of a wait that ends at `end`.
+    pub fn new(
+        pools: &'a Pools,
+        queue: i64,
+        channel: String,
+        what: &'static str,
+        end: Instant,
+    ) -> Line<'a> {
         Line {
             pools,
             queue,
             channel,
             what,
             place: Place::Out,
-            call: None,
+            call: Deadline::for_acquire_until(end, pools.connect_timeout, pools.io_timeout),
             pause: Pause::new(),
         }
     }
 
-    /// The whole call's bound, wait + connect + I/O, that every round trip of the call draws from:
-    /// made at the first attempt (which core tells the wait's `end`), kept for the others.
-    pub fn call(&mut self, end: Instant) -> Deadline {
-        let pools = self.pools;
-        *self.call.get_or_insert_with(|| {
-            Deadline::for_acquire_until(end, pools.connect_timeout, pools.io_timeout)
-        })
+    /// The whole call's bound, wait + connect + I/O, that every round trip of the call draws from.
+    pub fn call(&self) -> Deadline {
+        self.call
     }
 
     pub fn is_head(&self) -> bool {
@@ -204,20 +208,24 @@ impl<'a> Line<'a> {
 
     /// Waits until `wake`: the head for a notification (a release), erroring if its session
     /// closes; a waiter with nothing to wait on sleeps.
-    pub fn block(&mut self, wake: Wake) -> Result<Option<RawLease>> {
+    pub fn block(&mut self, wake: Wake) -> Result<Woken> {
         let Place::Head(conn) = &mut self.place else {
-            self.pause.sleep(wake);
-            return Ok(None);
+            return Ok(self.pause.sleep(wake));
         };
-        if let Err(e) = conn.wait_notification(wake.left()) {
-            return Err(self.pools.failed(self.what, &e));
-        }
+        let notified = match conn.wait_notification(wake.left()) {
+            Ok(notified) => notified,
+            Err(e) => return Err(self.pools.failed(self.what, &e)),
+        };
         if conn.is_closed() {
             return Err(self
                 .pools
                 .unavailable("PostgreSQL session closed while waiting"));
         }
-        Ok(None)
+        Ok(if notified {
+            Woken::Attempt
+        } else {
+            Woken::Quiet
+        })
     }
 
     /// The head wakes for an attempt at least this often, so its session never idles into its

@@ -28,7 +28,7 @@ use crate::scripts::{
 };
 use crate::topology::Topology;
 use crate::wire::Wire;
-use leasehold_core::wait::{held_elsewhere, Turn, Waiter, Wake};
+use leasehold_core::wait::{held_elsewhere, Turn, Waiter, Wake, Woken};
 use leasehold_core::{Deadline, Error, Key, KeyInfo, LeaseKind, RawLease, Result, Token, Ttl};
 use redis::{RedisResult, Script};
 use std::time::{Duration, Instant};
@@ -45,19 +45,13 @@ pub(crate) struct KindWaiter<'a> {
     signal: Vec<u8>,
     ttl: Ttl,
     /// The whole call's bound, from the wait's end.
-    bound: Option<Deadline>,
+    bound: Deadline,
 }
 
 impl Waiter for KindWaiter<'_> {
-    fn attempt(&mut self, last: bool, end: Instant) -> Result<Turn> {
+    fn attempt(&mut self, last: bool, _block_until: Instant) -> Result<Turn> {
         let single = &self.single;
-        let settings = single.settings;
-        let io = settings
-            .io_timeout
-            .saturating_add(single.replicas_allowance);
-        let bound = *self
-            .bound
-            .get_or_insert_with(|| Deadline::for_acquire_until(end, settings.connect_timeout, io));
+        let bound = self.bound;
         let sent = Instant::now();
         let mode = if last {
             ("last", 1)
@@ -77,15 +71,15 @@ impl Waiter for KindWaiter<'_> {
         )
     }
 
-    fn block(&mut self, wake: Wake) -> Result<Option<RawLease>> {
+    fn block(&mut self, wake: Wake) -> Result<Woken> {
         let Some((block, precise)) = pause::block_for(wake) else {
-            return Ok(None);
+            return Ok(Woken::Quiet);
         };
-        let bound = self.bound.unwrap_or_else(|| self.single.write_deadline());
-        self.single.topology.run(&self.base, bound, |node, _via| {
+        let bound = self.bound;
+        let woken = self.single.topology.run(&self.base, bound, |node, _via| {
             node.wait_signal_routed(&self.signal, block, precise, bound)
         })?;
-        Ok(None)
+        Ok(if woken { Woken::Attempt } else { Woken::Quiet })
     }
 
     fn heartbeat(&self) -> Option<Duration> {
@@ -166,6 +160,15 @@ fn asking(c: &mut Wire, via: Via) -> RedisResult<()> {
 impl<'a> Single<'a> {
     fn call_deadline(&self) -> Deadline {
         Deadline::for_call(self.settings.connect_timeout, self.settings.io_timeout)
+    }
+
+    /// The bound of a whole waiting acquire that ends at `end` (see `single.rs`).
+    fn acquire_bound(&self, end: Instant) -> Deadline {
+        let io = self
+            .settings
+            .io_timeout
+            .saturating_add(self.replicas_allowance);
+        Deadline::for_acquire_until(end, self.settings.connect_timeout, io)
     }
 
     /// The bound of one acquire attempt or extend: a call's, plus the `WAIT` for replicas.
@@ -373,8 +376,15 @@ impl<'a> Single<'a> {
     }
 
     /// The waiter of a share or a permit (see [`KindWaiter`]).
-    pub(crate) fn waiter(self, key: &'a Key, kind: LeaseKind, ttl: Ttl) -> Result<KindWaiter<'a>> {
+    pub(crate) fn waiter(
+        self,
+        key: &'a Key,
+        kind: LeaseKind,
+        ttl: Ttl,
+        end: Instant,
+    ) -> Result<KindWaiter<'a>> {
         let token = Token::generate()?;
+        let bound = self.acquire_bound(end);
         // The lock's and the semaphore's keys each share the slot of this base (`kind_keys.rs`).
         let base = RedisKeys::new(self.prefix, key);
         Ok(KindWaiter {
@@ -385,7 +395,7 @@ impl<'a> Single<'a> {
             kind,
             token,
             ttl,
-            bound: None,
+            bound,
         })
     }
 

@@ -60,7 +60,7 @@
 //!   most one entry (a wake-up or a grant) and expires after connect + I/O timeout.
 //! - Bounds: each operation has one deadline (`acquire`: wait + connect + I/O; the others:
 //!   connect and I/O), and its pool checkout, connect, name lookup, resend on a stale connection, commands
-//!   and (Redlock) rounds, give-backs and fence write-backs all draw on it. Host names are resolved
+//!   and (Redlock) rounds, give-backs and fence claims all draw on it. Host names are resolved
 //!   under that deadline (redis-rs's own lookup has no bound); for `rediss://` with a host name the
 //!   TLS connect runs on a short-lived thread the caller stops waiting for at the deadline, so the
 //!   certificate is still verified against the name.
@@ -76,6 +76,7 @@
 
 mod connection;
 mod errors;
+pub mod fence_gate;
 pub mod keys;
 mod kind_keys;
 mod kinds;

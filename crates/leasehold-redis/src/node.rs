@@ -11,9 +11,7 @@
 use crate::connection::{Conn, ConnectSettings, Manager};
 use crate::errors::{breaks_connection, from_pool, from_redis, is_dropped};
 use crate::keys::RedisKeys;
-use crate::scripts::{
-    ACQUIRE_SCRIPT, ALL, EXTEND_SCRIPT, INSPECT_SCRIPT, RAISE_FENCE_SCRIPT, RELEASE_SCRIPT,
-};
+use crate::scripts::{ACQUIRE_SCRIPT, ALL, EXTEND_SCRIPT, INSPECT_SCRIPT, RELEASE_SCRIPT};
 use crate::wire::Wire;
 use leasehold_core::config::RedisServer;
 use leasehold_core::pool::{ManageConnection, Pool, PooledConnection};
@@ -773,22 +771,6 @@ impl Node {
         self.run(&self.pool, what, deadline, f)
     }
 
-    /// Raises the key's fence counter to at least `fence` (never lowers it), for Redlock's fence
-    /// write-back. Returns the counter afterwards.
-    pub fn raise_fence(&self, keys: &RedisKeys, fence: u64, deadline: Deadline) -> Result<u64> {
-        let now: i64 = self
-            .run(&self.pool, "fence", deadline, |c| {
-                RAISE_FENCE_SCRIPT
-                    .key(&keys.fence)
-                    .arg(fence)
-                    .arg(millis(self.fence_retention))
-                    .invoke(c)
-            })
-            .map_err(Failure::into_error)?;
-        u64::try_from(now)
-            .map_err(|_| Error::Internal(format!("redis {}: fence counter gave {now}", self.name)))
-    }
-
     plain!(
         /// Blocks up to `block` (at least 1 ms) for a wake-up signal on the waiter's own list
         /// `signal`. `Ok(true)`: a signal came; `Ok(false)`: the block time ran out, or every
@@ -888,7 +870,7 @@ impl Node {
         let started = Instant::now();
         // A checkout (which retries a refused connect) takes at most the connect timeout, so a dead
         // server is reported after that, leaving the rest of the deadline to the caller (a Redlock
-        // round's fence write-back, say).
+        // round's fence claim, say).
         let checkout = deadline.min(Deadline::after(self.settings.connect_timeout));
         // A waiter whose connection went stale goes back to its acquire attempt instead (see
         // `wait_signal`).

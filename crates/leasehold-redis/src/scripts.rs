@@ -317,34 +317,83 @@ local fence = redis.call('GET', KEYS[2])
 return {redis.call('PTTL', KEYS[1]), fence and tonumber(fence) or -1, redis.call('ZCARD', KEYS[3])}
 ";
 
-/// The start of [`RAISE_FENCE`] and [`RAISE_SHARE_FENCE`]: the counter (KEYS[1]) and the fence
-/// asked for (ARGV[1]).
-macro_rules! read_fence_wanted {
+/// The end of Redlock's claim scripts, once they found that the token (ARGV[1]) holds the key on
+/// this node: draws the counter `F`'s next value, at least the fence asked for (ARGV[2]), keeps it
+/// ARGV[3] ms, and leaves it in `fence`. A node whose counter already reached the fence asked for
+/// answers a value above it, never the fence itself: that value was drawn here for someone else,
+/// and raising a counter to it would let this node count for two holders (see `redlock/fence.rs`).
+macro_rules! claim_fence {
     () => {
-        r"
-local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
-local want = tonumber(ARGV[1])
-"
-    };
-}
-
-/// The end of [`RAISE_FENCE`] and [`RAISE_SHARE_FENCE`]: the counter raised to the fence asked
-/// for (kept ARGV[2] ms), never lowered; returns the counter.
-macro_rules! raise_fence_to_wanted {
-    () => {
-        r"if want > cur then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return want
+        r"local fence = tonumber(redis.call('GET', F) or '0') + 1
+local want = tonumber(ARGV[2])
+if want > fence then
+  fence = want
 end
-return cur
+redis.call('SET', F, string.format('%.0f', fence), 'PX', ARGV[3])
 "
     };
 }
 
-/// KEYS: fence. ARGV: a fence, fence retention ms. Raises the counter to at least that fence (never
-/// lowers it) and returns the counter: Redlock's write-back of the quorum's highest fence (see
-/// `redlock/fence.rs`).
-const RAISE_FENCE: &str = concat!(read_fence_wanted!(), raise_fence_to_wanted!());
+/// The server's clock in ms, as `now`, for the claim scripts that check an expiry.
+macro_rules! claim_now {
+    () => {
+        r"local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"
+    };
+}
+
+/// Redlock's claim of a fence for an exclusive lock on one node. KEYS: lock, fence. ARGV: token,
+/// a fence, fence retention ms. While the lock holds the token, draws `max(stored + 1, fence)`
+/// from the counter and returns it; otherwise returns 0 and draws nothing, so that a node draws
+/// only for the token holding the key there (see `redlock/fence.rs`).
+const REDLOCK_CLAIM_FENCE: &str = concat!(
+    r"local F = KEYS[2]
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+",
+    claim_fence!(),
+    "return fence\n"
+);
+
+/// [`REDLOCK_CLAIM_FENCE`] for a share. KEYS: lock, fence, shares, share fences. ARGV: as there.
+/// Draws from the lock's counter while the token holds an unexpired share, and records the value
+/// as the share's fence, which a retried acquire and a restore report.
+const REDLOCK_CLAIM_SHARE_FENCE: &str = concat!(
+    r"local F, r, rf, token = KEYS[2], KEYS[3], KEYS[4], ARGV[1]
+if redis.call('GET', KEYS[1]) ~= '#shared' or not redis.call('HGET', rf, token) then
+  return 0
+end
+",
+    claim_now!(),
+    r"if tonumber(redis.call('ZSCORE', r, token) or '0') <= now then
+  return 0
+end
+",
+    claim_fence!(),
+    r"redis.call('HSET', rf, token, string.format('%.0f', fence))
+return fence
+"
+);
+
+/// [`REDLOCK_CLAIM_FENCE`] for a permit. KEYS: slots, slot of, expiries, fence. ARGV: as there.
+/// Draws from the semaphore's counter while the token holds an unexpired slot.
+const REDLOCK_CLAIM_PERMIT_FENCE: &str = concat!(
+    r"local S, T, E, F, token = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
+local slot = redis.call('HGET', T, token)
+if not slot or redis.call('HGET', S, slot) ~= token then
+  return 0
+end
+",
+    claim_now!(),
+    r"if tonumber(redis.call('ZSCORE', E, token) or '0') <= now then
+  return 0
+end
+",
+    claim_fence!(),
+    "return fence\n"
+);
 
 /// A refused `wait` attempt's place in queue `q` (heartbeats `h`): it joins at the back, or
 /// renews its heartbeat if already in; both keys live twice the waiter's TTL. Needs `token`,
@@ -815,18 +864,6 @@ return {1, fence}
 "
 ));
 
-/// KEYS: fence, share fences. ARGV: a fence, fence retention ms, token. [`RAISE_FENCE`] for a
-/// share: also raises the share's own recorded fence, so a restore on any quorum finds it.
-const RAISE_SHARE_FENCE: &str = concat!(
-    read_fence_wanted!(),
-    r"local mine = redis.call('HGET', KEYS[2], ARGV[3])
-if mine and tonumber(mine) < want then
-  redis.call('HSET', KEYS[2], ARGV[3], ARGV[1])
-end
-",
-    raise_fence_to_wanted!()
-);
-
 /// Redlock's permit acquire on one node. KEYS: slots (slot → token), slot of (token → slot),
 /// expiries (token → server ms), fence, the node's stamp, taken slots (a sorted set, each slot
 /// scored by its number). ARGV: token, ttl ms, permits, slot hint (`-1`: none), fence granule µs,
@@ -836,7 +873,10 @@ end
 /// Permits are numbered slots `0 .. permits-1`, each one a mutex, so that a quorum of nodes
 /// granting the same slot bounds the holders to `permits` (see `redlock/kinds.rs`). Without a
 /// hint the node grants its lowest free slot (nodes in step agree on it); with one, that slot or
-/// nothing. A token already holding a slot keeps it (a retry after a failed round).
+/// nothing. A token already holding a slot keeps it (a retry after a failed round), with a fence
+/// drawn afresh: the counter is shared by the semaphore's holders, so its current value may have
+/// been drawn for another holder, and a fence counts only where it was drawn for this token (see
+/// `redlock/fence.rs`).
 ///
 /// The lowest free slot is found by bisecting the taken slots by rank (the slot at rank `r` is
 /// `r` while no slot below it is free): O(log² holders) however many permits are held, where a
@@ -899,7 +939,7 @@ if mine then
   reach(KEYS[5], now, ttl, ARGV[6])
   redis.call('ZADD', E, now + ttl, token)
   stretch()
-  return {1, current_fence(F, ARGV[6]), tonumber(mine)}
+  return {1, fence_at(F, us, tonumber(ARGV[5]), ARGV[6]), tonumber(mine)}
 end
 local slot = nil
 if hint >= 0 then
@@ -1021,8 +1061,6 @@ pub(crate) static RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::ne
 pub(crate) static EXTEND_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND));
 pub(crate) static INSPECT_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(INSPECT));
 
-pub(crate) static RAISE_FENCE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RAISE_FENCE));
-
 pub(crate) static REDLOCK_ACQUIRE_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(REDLOCK_ACQUIRE));
 pub(crate) static REDLOCK_RELEASE_SCRIPT: LazyLock<Script> =
@@ -1045,8 +1083,12 @@ pub(crate) static PERMIT_INSPECT_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(PERMIT_INSPECT));
 pub(crate) static REDLOCK_SHARED_ACQUIRE_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(REDLOCK_SHARED_ACQUIRE));
-pub(crate) static RAISE_SHARE_FENCE_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(RAISE_SHARE_FENCE));
+pub(crate) static REDLOCK_CLAIM_FENCE_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(REDLOCK_CLAIM_FENCE));
+pub(crate) static REDLOCK_CLAIM_SHARE_FENCE_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(REDLOCK_CLAIM_SHARE_FENCE));
+pub(crate) static REDLOCK_CLAIM_PERMIT_FENCE_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(REDLOCK_CLAIM_PERMIT_FENCE));
 pub(crate) static REDLOCK_PERMIT_ACQUIRE_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(REDLOCK_PERMIT_ACQUIRE));
 pub(crate) static REDLOCK_PERMIT_SETTLE_SCRIPT: LazyLock<Script> =
@@ -1059,7 +1101,7 @@ pub(crate) static REDLOCK_GATE_INIT_SCRIPT: LazyLock<Script> =
 pub(crate) static REDLOCK_GATE_REACH_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(REDLOCK_GATE_REACH));
 
-pub(crate) static ALL: [&LazyLock<Script>; 22] = [
+pub(crate) static ALL: [&LazyLock<Script>; 23] = [
     &SHARED_ACQUIRE_SCRIPT,
     &SHARED_SETTLE_SCRIPT,
     &RESTORE_SCRIPT,
@@ -1069,14 +1111,15 @@ pub(crate) static ALL: [&LazyLock<Script>; 22] = [
     &PERMIT_SETTLE_SCRIPT,
     &PERMIT_INSPECT_SCRIPT,
     &REDLOCK_SHARED_ACQUIRE_SCRIPT,
-    &RAISE_SHARE_FENCE_SCRIPT,
+    &REDLOCK_CLAIM_FENCE_SCRIPT,
+    &REDLOCK_CLAIM_SHARE_FENCE_SCRIPT,
+    &REDLOCK_CLAIM_PERMIT_FENCE_SCRIPT,
     &REDLOCK_PERMIT_ACQUIRE_SCRIPT,
     &REDLOCK_PERMIT_SETTLE_SCRIPT,
     &ACQUIRE_SCRIPT,
     &RELEASE_SCRIPT,
     &EXTEND_SCRIPT,
     &INSPECT_SCRIPT,
-    &RAISE_FENCE_SCRIPT,
     &REDLOCK_ACQUIRE_SCRIPT,
     &REDLOCK_RELEASE_SCRIPT,
     &REDLOCK_GATE_READ_SCRIPT,

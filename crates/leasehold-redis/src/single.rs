@@ -31,7 +31,7 @@ use crate::node::{Attempt, Mode, Node, Signal, DEFAULT_FENCE_RETENTION};
 use crate::pause;
 use crate::topology::{Cluster, NodeTemplate, Sentinel, Topology};
 use leasehold_core::config::RedisServer;
-use leasehold_core::wait::{held_elsewhere, Polling, Turn, Waiter, Wake};
+use leasehold_core::wait::{held_elsewhere, Polling, Turn, Waiter, Wake, Woken};
 use leasehold_core::{
     BackendConfig, Config, Deadline, Error, Key, KeyInfo, LeaseKind, LockBackend,
 };
@@ -186,6 +186,16 @@ impl RedisBackend {
         self
     }
 
+    /// The bound of a whole waiting acquire that ends at `end`: every attempt, checkout and block
+    /// draws on it, so the call returns within wait + connect + I/O (+ the replicas' `WAIT`).
+    pub(crate) fn acquire_bound(&self, end: Instant) -> Deadline {
+        let io = self
+            .settings
+            .io_timeout
+            .saturating_add(self.replicas_allowance);
+        Deadline::for_acquire_until(end, self.settings.connect_timeout, io)
+    }
+
     /// The bound of one call that is not a wait: connect + I/O timeout.
     fn call_deadline(&self) -> Deadline {
         Deadline::for_call(self.settings.connect_timeout, self.settings.io_timeout)
@@ -290,29 +300,19 @@ struct QueueWaiter<'a> {
     token: Token,
     signal: Vec<u8>,
     ttl: Ttl,
+    /// The wait's end.
+    end: Instant,
     /// The whole call's bound, from the wait's end: every attempt, checkout and block draws on it,
     /// so the call returns within wait + connect + I/O.
-    bound: Option<Deadline>,
+    bound: Deadline,
     /// When the latest attempt that renewed our queue entry was sent: a grant can only be made
     /// after that attempt reached the server, so the granted TTL counts from no earlier.
     renewed: Instant,
 }
 
-impl QueueWaiter<'_> {
-    fn bound(&mut self, end: Instant) -> Deadline {
-        let settings = &self.backend.settings;
-        let io = settings
-            .io_timeout
-            .saturating_add(self.backend.replicas_allowance);
-        *self
-            .bound
-            .get_or_insert_with(|| Deadline::for_acquire_until(end, settings.connect_timeout, io))
-    }
-}
-
 impl Waiter for QueueWaiter<'_> {
-    fn attempt(&mut self, last: bool, end: Instant) -> Result<Turn> {
-        let bound = self.bound(end);
+    fn attempt(&mut self, last: bool, _block_until: Instant) -> Result<Turn> {
+        let (bound, end) = (self.bound, self.end);
         let backend = self.backend;
         let sent = Instant::now();
         // The final attempt also gives up our place if refused, so the next in line is not kept
@@ -349,27 +349,33 @@ impl Waiter for QueueWaiter<'_> {
         Ok(Turn::NotYet { holder_left })
     }
 
-    fn block(&mut self, wake: Wake) -> Result<Option<RawLease>> {
+    fn block(&mut self, wake: Wake) -> Result<Woken> {
         let Some((block, precise)) = pause::block_for(wake) else {
-            return Ok(None);
+            return Ok(Woken::Quiet);
         };
-        let bound = self.bound.unwrap_or_else(|| self.backend.write_deadline());
+        let bound = self.bound;
         let (backend, keys) = (self.backend, &self.keys);
         // On the slot's own node (Cluster): the release that wakes us runs there.
         let signalled = backend.topology.run(keys, bound, |node, _via| {
             node.wait_grant_routed(&self.signal, block, precise, bound)
         })?;
-        let Signal::Granted(fence) = signalled else {
-            // Woken or timed out, the next step is the same: try again.
-            return Ok(None);
+        let fence = match signalled {
+            Signal::Granted(fence) => fence,
+            Signal::Woken => return Ok(Woken::Attempt),
+            Signal::TimedOut => return Ok(Woken::Quiet),
         };
         let lease = RawLease::new(self.key.clone(), self.token, fence, self.ttl, self.renewed);
-        // `None`: the grant ran out before we could use it: wait on.
-        backend.settle_grant(keys, &self.token, self.ttl, lease, bound)
+        // `None`: the grant ran out before we could use it: try again.
+        Ok(
+            match backend.settle_grant(keys, &self.token, self.ttl, lease, bound)? {
+                Some(lease) => Woken::Granted(lease),
+                None => Woken::Attempt,
+            },
+        )
     }
 
     fn give_up(&mut self, error: Error) -> Result<RawLease> {
-        let bound = self.bound.unwrap_or_else(|| self.backend.write_deadline());
+        let bound = self.bound;
         self.backend
             .give_up(self.key, &self.keys, &self.token, self.ttl, bound, error)
     }
@@ -471,15 +477,16 @@ impl LockBackend for RedisBackend {
         key: &'a Key,
         kind: LeaseKind,
         ttl: Ttl,
+        end: Instant,
     ) -> Result<Box<dyn Waiter + 'a>> {
         if !self.blocks_fractionally {
             // Redis < 6 rounds BLPOP timeouts to whole seconds: poll instead.
-            return Ok(Box::new(Polling::new(self, key, kind, ttl)));
+            return Ok(Box::new(Polling::new(self, key, kind, ttl, end)));
         }
         if kind != LeaseKind::Exclusive {
             return self
                 .kinds()
-                .waiter(key, kind, ttl)
+                .waiter(key, kind, ttl, end)
                 .map(|w| Box::new(w) as _);
         }
         let keys = self.keys(key);
@@ -493,7 +500,8 @@ impl LockBackend for RedisBackend {
             keys,
             token,
             ttl,
-            bound: None,
+            end,
+            bound: self.acquire_bound(end),
             renewed: Instant::now(),
         }))
     }

@@ -474,7 +474,7 @@ fn fences_increase_across_minority_kills() {
     cycle(&mut fences);
     eprintln!("fences: {fences:?}");
     // The last rounds ran on two nodes restarted empty and two that remember: whichever three
-    // answered first decided, and the highest fence was written back until a quorum held it (a
+    // answered first decided, and the highest fence was claimed until a quorum had drawn it (a
     // node that answered late keeps its own draw, so no one node is sure to hold it).
     let last = fences.last().copied().unwrap_or(0);
     let counters: Vec<u64> = nodes[..4]
@@ -554,4 +554,100 @@ fn flushed_scripts_are_loaded_again_within_one_call() {
             "every node lets the key go"
         );
     }
+}
+
+/// Which kind of lease [`concurrent_fences`] takes.
+#[derive(Clone, Copy, Debug)]
+enum Many {
+    Permits(u32),
+    Shares,
+}
+
+/// `threads` clients (each with its own connections, so the nodes see their calls in different
+/// orders) take a lease of `kind` on one key at the same moment, `rounds` times over, each holding
+/// it until all have tried; returns every fence granted, and how many attempts were refused.
+/// Failures are collected rather than panicking, which would leave the others at the barrier.
+fn concurrent_fences(url: &str, kind: Many, threads: usize, rounds: usize) -> (Vec<u64>, usize) {
+    let key = unique_key("redlock-concurrent-fences");
+    let clients: Vec<Client> = (0..threads).map(|_| client(url)).collect();
+    let barrier = std::sync::Barrier::new(threads);
+    let results: Vec<(Vec<u64>, usize, Vec<String>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = clients
+            .iter()
+            .map(|c| {
+                let (key, barrier) = (&key, &barrier);
+                s.spawn(move || {
+                    let (mut fences, mut refused, mut failed) = (Vec::new(), 0, Vec::new());
+                    for _ in 0..rounds {
+                        barrier.wait();
+                        let lease = match kind {
+                            Many::Permits(n) => c.try_acquire_permit(key, n, LONG),
+                            Many::Shares => c.try_acquire_shared(key, LONG),
+                        };
+                        match lease {
+                            Ok(lease) => {
+                                fences.push(lease.fence());
+                                // Held while the others are granted: the leases overlap.
+                                barrier.wait();
+                                if let Err(e) = lease.release() {
+                                    failed.push(format!("release: {e}"));
+                                }
+                            }
+                            Err(e) if e.kind() == ErrorKind::NotAcquired => {
+                                refused += 1;
+                                barrier.wait();
+                            }
+                            Err(e) => {
+                                failed.push(format!("acquire: {e}"));
+                                barrier.wait();
+                            }
+                        }
+                    }
+                    (fences, refused, failed)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let failed: Vec<&String> = results.iter().flat_map(|r| &r.2).collect();
+    assert!(failed.is_empty(), "{kind:?}: {failed:?}");
+    let refused = results.iter().map(|r| r.1).sum();
+    (results.into_iter().flat_map(|r| r.0).collect(), refused)
+}
+
+/// The fences in `fences` that repeat one seen before.
+fn repeats(fences: &[u64]) -> Vec<u64> {
+    let mut sorted = fences.to_vec();
+    sorted.sort_unstable();
+    sorted
+        .windows(2)
+        .filter(|w| w[0] == w[1])
+        .map(|w| w[0])
+        .collect()
+}
+
+/// Every acquisition gets a fence of its own, also when several hold one key at once (permits of
+/// a semaphore, readers of a shared lock): a fence gate downstream takes an equal fence for the
+/// same holder writing again, so two holders with one fence would both get through. Each node
+/// draws its own values, so two leases granted at once by the same nodes in different orders can
+/// draw the same values between them (node 1: A=5, B=6; node 2: B=5, A=6); taking the highest
+/// value each once gave both 6.
+#[test]
+fn leases_held_at_once_never_share_a_fence() {
+    let nodes = servers(5);
+    let url = url(&nodes, "");
+    let mut shared = Vec::new();
+    for kind in [Many::Permits(8), Many::Shares] {
+        let (fences, refused) = concurrent_fences(&url, kind, 8, 60);
+        let repeated = repeats(&fences);
+        eprintln!(
+            "{kind:?}: {} leases granted, 8 at a time ({refused} refused): {} repeated fences \
+             {repeated:?}",
+            fences.len(),
+            repeated.len()
+        );
+        assert!(fences.len() >= 100, "{kind:?}: {} granted", fences.len());
+        shared.extend(repeated.into_iter().map(|f| (kind, f)));
+    }
+    assert!(shared.is_empty(), "leases shared a fence: {shared:?}");
 }

@@ -1,4 +1,4 @@
-//! Shared locks and semaphores (issue 15): every promise of a lease — TTL, token, fence,
+//! Shared locks and semaphores: every promise of a lease — TTL, token, fence,
 //! compare-and-delete release, owner-only extend, bounded native waits — for each kind.
 
 use super::{key, kind, run_checks, Check, LONG};
@@ -22,6 +22,7 @@ pub fn run_shared(new_client: &dyn Fn() -> Client) {
         ),
         ("shared_wait_ends_at_release", shared_wait_ends_at_release),
         ("shared_extend_is_owner_only", shared_extend_is_owner_only),
+        ("interrupt_ends_a_shared_wait", interrupt_ends_a_shared_wait),
     ];
     run_checks(&new_client(), &new_client(), checks);
 }
@@ -37,8 +38,29 @@ pub fn run_semaphore(new_client: &dyn Fn() -> Client) {
         ),
         ("permit_wait_ends_at_release", permit_wait_ends_at_release),
         ("bad_permits_are_rejected", bad_permits_are_rejected),
+        ("interrupt_ends_a_permit_wait", interrupt_ends_a_permit_wait),
     ];
     run_checks(&new_client(), &new_client(), checks);
+}
+
+fn interrupt_ends_a_shared_wait(a: &Client, b: &Client) {
+    // A shared wait behind an exclusive holder.
+    super::interrupt_wait_of(
+        a,
+        b,
+        |c, k| c.try_acquire(k, LONG),
+        |c, k| c.acquire_shared(k, LONG, Duration::from_secs(20)),
+    );
+}
+
+fn interrupt_ends_a_permit_wait(a: &Client, b: &Client) {
+    // One permit, held: the next waits.
+    super::interrupt_wait_of(
+        a,
+        b,
+        |c, k| c.try_acquire_permit(k, 1, LONG),
+        |c, k| c.acquire_permit(k, 1, LONG, Duration::from_secs(20)),
+    );
 }
 
 fn shared_holders_coexist(a: &Client, b: &Client) {

@@ -369,10 +369,12 @@ impl Group {
     fn spawn_worker(&self) -> Option<Sender<Job>> {
         let (tx, jobs) = mpsc::channel::<Job>();
         let node = self.node.clone();
-        let started = std::thread::Builder::new()
-            .name("leasehold-redlock".into())
-            .stack_size(WORKER_STACK)
-            .spawn(move || work(&node, &jobs));
+        let started = leasehold_core::threads::quietly(|| {
+            std::thread::Builder::new()
+                .name("leasehold-redlock".into())
+                .stack_size(WORKER_STACK)
+                .spawn(move || work(&node, &jobs))
+        });
         match started {
             Ok(_) => Some(tx),
             Err(e) => {

@@ -23,16 +23,20 @@
 //! over: see `gate.rs`).
 //!
 //! Fences: a per-key counter per kind (the lock's, shared by readers and writers; the
-//! semaphore's own), with `fence.rs`'s design: the highest granted value, written back to
-//! lagging nodes (for a share, also into the share's own record, so any quorum can restore it).
+//! semaphore's own), with `fence.rs`'s design: a value a quorum of nodes drew for the lease's
+//! token, claimed from lagging nodes when the granting nodes differ (for a share, the value each
+//! node drew is also the share's own record, so any quorum can restore it). Several permits or
+//! readers hold at once, so they draw from one counter side by side: this is why a fence must be
+//! drawn for its token on a quorum, not merely reached by a quorum's counters.
 
 use crate::kind_keys::{PermitKeys, SharedKeys};
 use crate::node::{millis, Node};
 use crate::redlock::node::FENCE_GRANULE_MICROS;
 use crate::redlock::node::{self, Answer, Queueing, RedlockKeys};
 use crate::scripts::{
-    RAISE_FENCE_SCRIPT, RAISE_SHARE_FENCE_SCRIPT, REDLOCK_PERMIT_ACQUIRE_SCRIPT,
-    REDLOCK_PERMIT_SETTLE_SCRIPT, REDLOCK_SHARED_ACQUIRE_SCRIPT,
+    REDLOCK_CLAIM_FENCE_SCRIPT, REDLOCK_CLAIM_PERMIT_FENCE_SCRIPT,
+    REDLOCK_CLAIM_SHARE_FENCE_SCRIPT, REDLOCK_PERMIT_ACQUIRE_SCRIPT, REDLOCK_PERMIT_SETTLE_SCRIPT,
+    REDLOCK_SHARED_ACQUIRE_SCRIPT,
 };
 use leasehold_core::{Deadline, Error, Key, LeaseKind, Permits, Result, Token, Ttl};
 use std::sync::Arc;
@@ -243,36 +247,55 @@ pub(crate) fn extend_on(
     Ok(u32::try_from(done - 1).ok())
 }
 
-/// Raises one node's counter (and a share's record) to at least `fence`; returns the counter.
-pub(crate) fn raise(
+/// Has one node draw a fence for `token` of at least `fence` (see `fence.rs`): the value drawn
+/// (for a share, also recorded as the share's fence), or `None` when the node no longer holds the
+/// key for `token` (it then draws nothing).
+pub(crate) fn claim(
     node: &Node,
     keys: &RedlockKeys,
     op: &NodeOp,
     token: &Token,
     fence: u64,
     deadline: Deadline,
-) -> Result<u64> {
+) -> Result<Option<u64>> {
     let retention = millis(node.fence_retention());
-    let now: i64 = match op {
-        NodeOp::Lock => return node.raise_fence(&keys.base, fence, deadline),
-        NodeOp::Shared(k) => node.call("fence", deadline, |c| {
-            RAISE_SHARE_FENCE_SCRIPT
-                .key(&k.base.fence)
-                .key(&k.share_fences)
+    let drawn: i64 = match op {
+        NodeOp::Lock => node.call("fence", deadline, |c| {
+            REDLOCK_CLAIM_FENCE_SCRIPT
+                .key(&keys.base.lock)
+                .key(&keys.base.fence)
+                .arg(token.as_str())
                 .arg(fence)
                 .arg(retention)
+                .invoke(c)
+        })?,
+        NodeOp::Shared(k) => node.call("fence", deadline, |c| {
+            REDLOCK_CLAIM_SHARE_FENCE_SCRIPT
+                .key(&k.base.lock)
+                .key(&k.base.fence)
+                .key(&k.shares)
+                .key(&k.share_fences)
                 .arg(token.as_str())
+                .arg(fence)
+                .arg(retention)
                 .invoke(c)
         })?,
         NodeOp::Permit { keys: k, .. } => node.call("fence", deadline, |c| {
-            RAISE_FENCE_SCRIPT
+            REDLOCK_CLAIM_PERMIT_FENCE_SCRIPT
+                .key(&k.slots)
+                .key(&k.slot_of)
+                .key(&k.holders)
                 .key(&k.fence)
+                .arg(token.as_str())
                 .arg(fence)
                 .arg(retention)
                 .invoke(c)
         })?,
     };
-    fence_of(node, now)
+    if drawn == 0 {
+        return Ok(None);
+    }
+    fence_of(node, drawn).map(Some)
 }
 
 /// One node's restore answer: `(how, fence, ms left)` as `kinds::restored` reads it.
@@ -294,4 +317,109 @@ pub(crate) fn force_release(node: &Node, keys: &SharedKeys, deadline: Deadline) 
         keys.force_release(1).invoke(c)
     })?;
     Ok(held == 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(server: &leasehold_testkit::RedisServer) -> Node {
+        let config = leasehold_core::Config::parse(&server.url()).unwrap();
+        let leasehold_core::BackendConfig::Redis {
+            server: address, ..
+        } = &config.backend
+        else {
+            unreachable!()
+        };
+        let settings = crate::ConnectSettings {
+            connect_timeout: Duration::from_secs(1),
+            io_timeout: Duration::from_secs(1),
+            tls: None,
+        };
+        Node::connect(address, settings, 2, Vec::new()).unwrap()
+    }
+
+    fn deadline() -> Deadline {
+        Deadline::after(Duration::from_secs(2))
+    }
+
+    fn granted(answer: Answer) -> u64 {
+        match answer {
+            Answer::Granted(fence) | Answer::Slot { fence, .. } => fence,
+            other => panic!("not granted: {other:?}"),
+        }
+    }
+
+    /// A claim draws for its token only, only while the token holds the key on the node, and never
+    /// answers a value the node already drew (for anyone): what makes a fence one acquisition's.
+    #[test]
+    fn a_claim_draws_a_value_of_its_own_for_a_holder_only() {
+        let server = leasehold_testkit::RedisServer::start();
+        let node = node(&server);
+        let key = Key::new(b"claims").unwrap();
+        let keys = RedlockKeys::new("p:", &key);
+        // A stamped node, which grants (see `gate.rs`).
+        server.command(&[b"HSET", &keys.gate, b"horizon", b"0"]);
+        let ttl = Ttl::new(Duration::from_secs(10)).unwrap();
+        let (a, b) = (Token::generate().unwrap(), Token::generate().unwrap());
+        let get = |op: &NodeOp, token: &Token| {
+            granted(acquire(&node, &keys, op, token, ttl, Queueing::Never, deadline()).unwrap())
+        };
+        let claim = |op: &NodeOp, token: &Token, fence: u64| {
+            claim(&node, &keys, op, token, fence, deadline()).unwrap()
+        };
+
+        // Two permits: B drew the value above A's. A's claim of B's value draws past it.
+        let permit = NodeOp::new("p:", &key, LeaseKind::Permit(Permits::new(2).unwrap()));
+        let (fa, fb) = (get(&permit, &a), get(&permit, &b));
+        assert!(fb > fa, "{fb} after {fa}");
+        assert_eq!(claim(&permit, &a, fb), Some(fb + 1));
+        assert_eq!(claim(&permit, &a, fb + 10), Some(fb + 10));
+        // Granted back to A (a retried round): a fresh draw, never B's or an earlier value.
+        assert_eq!(get(&permit, &a), fb + 11);
+        let stranger = Token::generate().unwrap();
+        assert_eq!(claim(&permit, &stranger, fb + 100), None);
+        settle(
+            &node,
+            &keys,
+            &permit,
+            &b,
+            None,
+            true,
+            ttl.as_duration(),
+            deadline(),
+        )
+        .unwrap();
+        assert_eq!(claim(&permit, &b, fb + 100), None, "B released its permit");
+
+        // Two readers: the claimed value is the share's own record, which a regrant reports.
+        let shared = NodeOp::new("p:", &key, LeaseKind::Shared);
+        let (ra, rb) = (get(&shared, &a), get(&shared, &b));
+        assert_eq!(claim(&shared, &a, rb), Some(rb + 1));
+        assert_eq!(get(&shared, &a), rb + 1);
+        assert_eq!(get(&shared, &b), rb, "B's own record is untouched");
+        assert!(ra < rb);
+        assert_eq!(claim(&shared, &stranger, rb + 100), None);
+        for t in [&a, &b] {
+            settle(
+                &node,
+                &keys,
+                &shared,
+                t,
+                None,
+                true,
+                ttl.as_duration(),
+                deadline(),
+            )
+            .unwrap();
+        }
+
+        // A lock: claims only for its holder; a regrant reports the holder's last draw.
+        let f = get(&NodeOp::Lock, &a);
+        assert!(f > rb + 1);
+        assert_eq!(claim(&NodeOp::Lock, &b, f + 5), None);
+        assert_eq!(claim(&NodeOp::Lock, &a, f + 5), Some(f + 5));
+        assert_eq!(claim(&NodeOp::Lock, &a, f + 5), Some(f + 6));
+        assert_eq!(get(&NodeOp::Lock, &a), f + 6);
+    }
 }

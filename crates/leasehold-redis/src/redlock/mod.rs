@@ -284,11 +284,12 @@ impl LockBackend for RedlockBackend {
         key: &'a Key,
         kind: LeaseKind,
         ttl: Ttl,
+        end: Instant,
     ) -> Result<Box<dyn Waiter + 'a>> {
         if kind != LeaseKind::Exclusive {
-            return Ok(Box::new(Polling::new(self, key, kind, ttl)));
+            return Ok(Box::new(Polling::new(self, key, kind, ttl, end)));
         }
-        Ok(Box::new(RoundWaiter::new(self, key, ttl)?))
+        Ok(Box::new(RoundWaiter::new(self, key, ttl, end)?))
     }
 
     fn release(&self, lease: &mut RawLease) -> Result<()> {
@@ -484,8 +485,9 @@ impl LockBackend for RedlockBackend {
     }
 
     /// A quorum of nodes must hold the token; the validity is an acquire's, from the quorum's
-    /// shortest time left, and the fence the highest the quorum reports (a quorum of nodes holds
-    /// the lease's fence after its write-back, and any two quorums share a node).
+    /// shortest time left, and the fence the value a quorum of them drew for the token (the
+    /// acquire handed out only such a value, and no two values can each stand on a quorum; see
+    /// `fence::agreed`).
     fn restore(&self, key: &Key, token: Token) -> Result<RawLease> {
         let shared = Arc::new(SharedKeys::new(&self.prefix, key));
         let start = Instant::now();

@@ -1,6 +1,6 @@
-//! Redlock's own calls on one node, beside the single-node ones it shares (extend, inspect, the
-//! fence raise): an acquire whose refusal tells a waiter its rank in the node's queue, and a
-//! release that also leaves that queue. See `REDLOCK_ACQUIRE` in `scripts.rs`.
+//! Redlock's own calls on one node, beside the single-node ones it shares (extend, inspect): an
+//! acquire whose refusal tells a waiter its rank in the node's queue, and a release that also
+//! leaves that queue. See `REDLOCK_ACQUIRE` in `scripts.rs`.
 //!
 //! Redlock's queue lives apart from the single-node backend's (`{prefix}rq:{key}` and
 //! `{prefix}rh:{key}`): that one reserves free keys for its head, which N independent queues must
@@ -14,7 +14,7 @@ use std::time::Duration;
 
 /// The clock part of a Redlock node's fence is rounded down to this many microseconds, so that the
 /// nodes of a round, whose clocks read slightly differently, usually return the same fence and need
-/// no write-back (see `fence.rs`).
+/// no claim (see `fence.rs`).
 pub(crate) const FENCE_GRANULE_MICROS: u64 = 10_000;
 
 /// Where one Redlock lease lives on each node.

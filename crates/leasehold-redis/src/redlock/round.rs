@@ -1,7 +1,7 @@
 //! One acquire round over every node, and the give-backs and quorum decisions around it.
 
 use super::fanout::{Replies, Timing};
-use super::fence::{plan, FencePlan};
+use super::fence::{lift, plan, FencePlan};
 use super::kinds::{self, NodeOp};
 use super::node::{self, Answer, Queueing, RedlockKeys};
 use super::tally::{Taint, Tally};
@@ -272,7 +272,9 @@ impl RedlockBackend {
         Round::Refused(rank, why, best_slot)
     }
 
-    /// Makes sure a quorum of nodes knows the fence about to be handed out (see `fence.rs`).
+    /// The fence to hand out: a value that a quorum of the nodes in `granted` (node index, the
+    /// value it drew for `token` as it granted) drew for `token`, claimed from the others as
+    /// needed, until the deadline `calls` (see `fence.rs`).
     pub(super) fn settle_fence(
         &self,
         keys: &Arc<RedlockKeys>,
@@ -281,42 +283,73 @@ impl RedlockBackend {
         granted: &[(usize, u64)],
         calls: Deadline,
     ) -> Result<u64> {
-        let (fence, lagging, needed) = match plan(granted, self.quorum) {
-            FencePlan::Ready(fence) => return Ok(fence),
-            FencePlan::Raise {
-                fence,
-                lagging,
-                needed,
-            } => (fence, lagging, needed),
-        };
-        let mut replies = {
-            let (keys, op) = (keys.clone(), op.clone());
-            let affinity = keys.base.lock.clone();
-            self.fanout.call(
-                &lagging,
-                &affinity,
-                self.answer_timing(calls),
-                move |_, node| kinds::raise(node, &keys, &op, &token, fence, calls),
-            )
-        };
-        let mut raised = 0;
-        let mut reasons = Vec::new();
-        while raised < needed {
-            match replies.next() {
-                Some((_, Ok(now))) if now >= fence => raised += 1,
-                Some((_, Ok(_))) => {}
-                Some((_, Err(e))) => reasons.push(e.message().to_owned()),
-                None => break,
+        // What each node that still counts last drew for us.
+        let mut drawn = granted.to_vec();
+        let mut reasons: Vec<String> = Vec::new();
+        let mut fence = 0;
+        for pass in 0.. {
+            let above = lift(pass, fastrand::u64(..));
+            let (lagging, needed) = match plan(&drawn, self.quorum, above) {
+                FencePlan::Ready(fence) => return Ok(fence),
+                FencePlan::Claim {
+                    fence: f,
+                    lagging,
+                    needed,
+                } => {
+                    fence = f;
+                    (lagging, needed)
+                }
+                FencePlan::Short => break,
+            };
+            if calls.is_past() {
+                reasons.push("out of time".to_owned());
+                break;
             }
+            let mut replies = {
+                let (keys, op) = (keys.clone(), op.clone());
+                let affinity = keys.base.lock.clone();
+                self.fanout.call(
+                    &lagging,
+                    &affinity,
+                    self.answer_timing(calls),
+                    move |_, node| kinds::claim(node, &keys, &op, &token, fence, calls),
+                )
+            };
+            let mut claimed = 0;
+            let mut heard: Vec<usize> = Vec::with_capacity(lagging.len());
+            while let Some((i, r)) = replies.next() {
+                heard.push(i);
+                match r {
+                    Ok(Some(value)) => {
+                        if let Some(d) = drawn.iter_mut().find(|(j, _)| *j == i) {
+                            d.1 = value;
+                        }
+                        // A node that answers more than `fence` had drawn it for someone else.
+                        if value == fence {
+                            claimed += 1;
+                            if claimed >= needed {
+                                return Ok(fence);
+                            }
+                        }
+                    }
+                    // The node no longer holds the key for us: it counts no more.
+                    Ok(None) => {
+                        drawn.retain(|&(j, _)| j != i);
+                        reasons.push(format!("node {i} no longer holds the key"));
+                    }
+                    Err(e) => {
+                        drawn.retain(|&(j, _)| j != i);
+                        reasons.push(e.message().to_owned());
+                    }
+                }
+            }
+            // Nodes that did not answer in time may yet draw, for nothing: they count no more.
+            drawn.retain(|&(j, _)| !lagging.contains(&j) || heard.contains(&j));
         }
-        if raised >= needed {
-            Ok(fence)
-        } else {
-            Err(Error::Unavailable(format!(
-                "redlock: fence {fence} reached too few nodes: {}",
-                reasons.join("; ")
-            )))
-        }
+        Err(Error::Unavailable(format!(
+            "redlock: fence {fence} was drawn by too few nodes: {}",
+            reasons.join("; ")
+        )))
     }
 
     /// Compare-and-delete on `which`, in parallel, waiting (within the timeouts) for the answers.

@@ -6,8 +6,8 @@ use crate::redlock::node::{Queueing, RedlockKeys};
 use crate::redlock::round::Round;
 use crate::redlock::tally::Taint;
 use crate::redlock::{kinds::NodeOp, RedlockBackend};
-use leasehold_core::wait::{Turn, Waiter, Wake};
-use leasehold_core::{Deadline, Error, Key, RawLease, Result, Token, Ttl};
+use leasehold_core::wait::{Turn, Waiter, Wake, Woken};
+use leasehold_core::{Deadline, Error, Key, Result, Token, Ttl};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -44,9 +44,11 @@ pub(crate) struct RoundWaiter<'a> {
     token: Token,
     ttl: Ttl,
     began: Instant,
+    /// The wait's end.
+    end: Instant,
     rng: fastrand::Rng,
     tainted: Taint,
-    /// The whole call's bound, from the wait's end: every round, give-back and fence write-back
+    /// The whole call's bound, from the wait's end: every round, give-back and fence claim
     /// draws on it, so split votes with a hung node cannot add rounds of a full timeout each past
     /// the wait.
     bound: Option<Deadline>,
@@ -54,10 +56,17 @@ pub(crate) struct RoundWaiter<'a> {
     rank: Option<u64>,
     /// Why the latest round was refused.
     refused: Option<String>,
+    /// When the pause under way ends and the next round is due.
+    next_round: Option<Instant>,
 }
 
 impl<'a> RoundWaiter<'a> {
-    pub(crate) fn new(backend: &'a RedlockBackend, key: &'a Key, ttl: Ttl) -> Result<Self> {
+    pub(crate) fn new(
+        backend: &'a RedlockBackend,
+        key: &'a Key,
+        ttl: Ttl,
+        end: Instant,
+    ) -> Result<Self> {
         Ok(RoundWaiter {
             backend,
             key,
@@ -65,18 +74,20 @@ impl<'a> RoundWaiter<'a> {
             token: Token::generate()?,
             ttl,
             began: Instant::now(),
+            end,
             rng: seed(),
             tainted: Taint::new(backend.fanout.len()),
             bound: None,
             rank: None,
             refused: None,
+            next_round: None,
         })
     }
 }
 
 impl Waiter for RoundWaiter<'_> {
-    fn attempt(&mut self, last: bool, end: Instant) -> Result<Turn> {
-        let backend = self.backend;
+    fn attempt(&mut self, last: bool, _block_until: Instant) -> Result<Turn> {
+        let (backend, end) = (self.backend, self.end);
         let bound = match self.bound {
             Some(bound) => bound,
             None => {
@@ -129,15 +140,30 @@ impl Waiter for RoundWaiter<'_> {
         }
     }
 
-    fn block(&mut self, wake: Wake) -> Result<Option<RawLease>> {
+    fn block(&mut self, wake: Wake) -> Result<Woken> {
         if self.bound.is_some_and(|b| b.is_past()) {
             // The bound is spent: the next attempt refuses at once.
-            return Ok(None);
+            return Ok(Woken::Attempt);
         }
-        let waited = Instant::now().saturating_duration_since(self.began);
-        let pause = poll_delay(self.rank, waited, &mut self.rng);
-        std::thread::sleep(pause.min(wake.left()));
-        Ok(None)
+        // A pause cut short by the wake (a slice) goes on in the next block.
+        let now = Instant::now();
+        let due = match self.next_round {
+            Some(due) => due,
+            None => {
+                let waited = now.saturating_duration_since(self.began);
+                let pause = poll_delay(self.rank, waited, &mut self.rng);
+                *self
+                    .next_round
+                    .insert(now.checked_add(pause).unwrap_or(now))
+            }
+        };
+        let until = due.min(wake.until);
+        std::thread::sleep(until.saturating_duration_since(now));
+        if until < due {
+            return Ok(Woken::Quiet);
+        }
+        self.next_round = None;
+        Ok(Woken::Attempt)
     }
 }
 
