@@ -48,7 +48,34 @@ typedef enum leasehold_status {
      * returns).
      */
     LEASEHOLD_INTERRUPTED = 6,
+    /**
+     * A fence older than the one the protected store holds: the write was refused.
+     */
+    LEASEHOLD_STALE_FENCE = 7,
+    /**
+     * An earlier attempt of a `once` action started and never finished: check the business
+     * result before running it again (see `leasehold_once_read`).
+     */
+    LEASEHOLD_INCOMPLETE_ATTEMPT = 8,
 } leasehold_status;
+
+/**
+ * What `leasehold_once_read` found recorded for a once-key. The values never change.
+ */
+typedef enum leasehold_once_state {
+    /**
+     * Nothing recorded: run the action.
+     */
+    LEASEHOLD_ONCE_NONE = 0,
+    /**
+     * An attempt started and never finished: check whether its action happened first.
+     */
+    LEASEHOLD_ONCE_STARTED = 1,
+    /**
+     * The action ran; its result is recorded.
+     */
+    LEASEHOLD_ONCE_DONE = 2,
+} leasehold_once_state;
 
 /**
  * A connection to one backend, chosen by the URL given to `leasehold_client_open`.
@@ -70,6 +97,14 @@ typedef struct leasehold_client leasehold_client;
  * `leasehold_lease_free` frees the handle without releasing the parent's lock.
  */
 typedef struct leasehold_lease leasehold_lease;
+
+/**
+ * A function the keep-alive thread calls when a renewal of a lease fails (see
+ * `leasehold_lease_on_keep_alive_failure`): `user_data` as registered, and `LEASEHOLD_LOST` (the
+ * lease is lost; renewal has stopped) or `LEASEHOLD_UNAVAILABLE` (the backend did not answer; the
+ * lease may be gone, renewal tries again soon).
+ */
+typedef void (*leasehold_keep_alive_failed)(void *user_data, enum leasehold_status status);
 
 /**
  * The library's version, such as "0.3.0": a static string owned by the library, never freed.
@@ -356,6 +391,27 @@ enum leasehold_status leasehold_lease_extend(struct leasehold_lease *lease, uint
 enum leasehold_status leasehold_lease_keep_alive(struct leasehold_lease *lease, bool enabled);
 
 /**
+ * Registers `callback` to be called, with `user_data`, on the library's keep-alive thread each
+ * time a background renewal of `lease` fails — so a worker can stop its job at once instead of at
+ * its next `leasehold_lease_check`. NULL `callback` removes it. The status passed is
+ * `LEASEHOLD_LOST` or `LEASEHOLD_UNAVAILABLE` (as `leasehold_lease_keep_alive_status` would say).
+ *
+ * The callback runs on another thread than the one that owns the lease: it must be quick, must
+ * not block, must not call into this library with `lease`, and `user_data` must be safe to use
+ * from that thread (set a flag, write to a pipe, signal a condition variable). It is not called
+ * after `leasehold_lease_release` or `leasehold_lease_free` returned, since renewal has stopped.
+ *
+ * `LEASEHOLD_INVALID_ARGUMENT` for NULL `lease` and in a fork() child for a lease the parent took.
+ *
+ * # Safety
+ * `lease` is NULL or a live lease not used by another thread during the call; `callback` is NULL
+ * or a function that may be called from another thread with `user_data`.
+ */
+enum leasehold_status leasehold_lease_on_keep_alive_failure(struct leasehold_lease *lease,
+                                                            leasehold_keep_alive_failed callback,
+                                                            void *user_data);
+
+/**
  * How background renewal (`leasehold_lease_keep_alive`) is faring: `LEASEHOLD_OK` while no
  * renewal has failed (or the latest one succeeded, or renewal was never turned on); otherwise the
  * status of the latest failed renewal, with its message in `leasehold_last_error()`:
@@ -481,3 +537,74 @@ const char *leasehold_client_stats_json(const struct leasehold_client *client);
  * `client` is NULL or a live client.
  */
 const char *leasehold_client_metrics(const struct leasehold_client *client);
+
+/**
+ * Takes the lease of the once-key `key` (an exclusive lock on `"once:"` followed by the key, so
+ * it never takes a lock the program holds on the key itself), waiting up to `wait_ms` while
+ * another attempt holds it. Then: `leasehold_once_read`; if nothing is recorded,
+ * `leasehold_once_started`, the action (keep the lease alive), `leasehold_once_done`; and
+ * `leasehold_lease_release`. The steps, the records and their fences are those of Rust's
+ * `Client::once` and PHP's `Client::once()`.
+ *
+ * `key` is 1 to 1019 bytes (the lock's key must fit 1024). Arguments, ownership and statuses as
+ * for `leasehold_acquire`.
+ *
+ * # Safety
+ * As for `leasehold_acquire`.
+ */
+enum leasehold_status leasehold_once_lock(const struct leasehold_client *client,
+                                          const char *key,
+                                          size_t key_len,
+                                          uint64_t ttl_ms,
+                                          uint64_t wait_ms,
+                                          struct leasehold_lease **lease_out);
+
+/**
+ * Reads the record of the once-key whose lease `lease` is (from `leasehold_once_lock`).
+ *
+ * On `LEASEHOLD_OK`: `*state_out` is `LEASEHOLD_ONCE_NONE` (0, run the action),
+ * `LEASEHOLD_ONCE_STARTED` (1: an attempt with fence `*fence_out`, started `*started_ms_out` ms
+ * after the Unix epoch, never finished — check whether its action happened before running it
+ * again) or `LEASEHOLD_ONCE_DONE` (2: return the recorded result instead of running anything).
+ * `*result_out` and `*result_len_out` are the recorded result (bytes, not NUL-terminated) (NULL and 0 unless done); its bytes
+ * belong to the lease and stay valid until the next `leasehold_once_read` on it or its
+ * `leasehold_lease_free`. Any output pointer may be NULL if not wanted. `LEASEHOLD_LOST` if the
+ * lease is no longer held; `LEASEHOLD_INVALID_ARGUMENT` for a lease not from
+ * `leasehold_once_lock`, or a backend that keeps no records.
+ *
+ * # Safety
+ * `lease` is NULL or a live lease not used by another thread during the call; each output is
+ * NULL or points to writable storage.
+ */
+enum leasehold_status leasehold_once_read(struct leasehold_lease *lease,
+                                          enum leasehold_once_state *state_out,
+                                          uint64_t *fence_out,
+                                          uint64_t *started_ms_out,
+                                          const char **result_out,
+                                          size_t *result_len_out);
+
+/**
+ * Records that this lease's attempt starts its action now (with its fence), kept `keep_for_ms`
+ * (1 ms to 7 days) from now. Call it right before the action: if the worker dies during it, the
+ * next attempt finds it started and does not run it blindly. `LEASEHOLD_LOST` if the lease is no
+ * longer held or a newer holder recorded since.
+ *
+ * # Safety
+ * `lease` is NULL or a live lease not used by another thread during the call.
+ */
+enum leasehold_status leasehold_once_started(struct leasehold_lease *lease, uint64_t keep_for_ms);
+
+/**
+ * Records that the action is done, with its result (`result_len` bytes at `result`, at most
+ * 65526; NULL with a length of 0 for none), kept `keep_for_ms` from now: later attempts read it
+ * back instead of running the action. Also what a recovery records once it found that an
+ * incomplete attempt's action did happen. `LEASEHOLD_LOST` as for `leasehold_once_started`.
+ *
+ * # Safety
+ * `lease` is NULL or a live lease not used by another thread during the call; `result` is NULL
+ * (with `result_len` 0) or points to `result_len` readable bytes.
+ */
+enum leasehold_status leasehold_once_done(struct leasehold_lease *lease,
+                                          const char *result,
+                                          size_t result_len,
+                                          uint64_t keep_for_ms);

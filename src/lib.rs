@@ -71,7 +71,9 @@ pub fn connect_config(config: &Config) -> Result<Client> {
             )))
         }
     };
-    Ok(client.with_prefix_label(&config.prefix))
+    Ok(client
+        .with_prefix_label(&config.prefix)
+        .with_lock_delay(config.lock_delay))
 }
 
 /// Options the URL parser knows but this build's backends do not carry out yet: refused rather than

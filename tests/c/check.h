@@ -20,6 +20,8 @@ static inline const char *status_name(leasehold_status s) {
     case LEASEHOLD_INVALID_ARGUMENT: return "LEASEHOLD_INVALID_ARGUMENT";
     case LEASEHOLD_INTERNAL: return "LEASEHOLD_INTERNAL";
     case LEASEHOLD_INTERRUPTED: return "LEASEHOLD_INTERRUPTED";
+    case LEASEHOLD_STALE_FENCE: return "LEASEHOLD_STALE_FENCE";
+    case LEASEHOLD_INCOMPLETE_ATTEMPT: return "LEASEHOLD_INCOMPLETE_ATTEMPT";
     }
     return "(unknown status)";
 }

@@ -61,6 +61,9 @@ static bool known(leasehold_status s) {
     case LEASEHOLD_UNAVAILABLE:
     case LEASEHOLD_INVALID_ARGUMENT:
     case LEASEHOLD_INTERNAL:
+    case LEASEHOLD_INTERRUPTED:
+    case LEASEHOLD_STALE_FENCE:
+    case LEASEHOLD_INCOMPLETE_ATTEMPT:
         return true;
     }
     return false;

@@ -5,6 +5,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "underneath.h"
 
+#include <stdatomic.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 
@@ -100,6 +101,18 @@ static void stops_when_switched_off_or_freed(const leasehold_client *client,
     taken_by(other, key);
 }
 
+/* What the keep-alive failure callback saw: how often, and the last status. */
+struct failures {
+    _Atomic int calls;
+    _Atomic int last;
+};
+
+static void on_failure(void *user_data, leasehold_status status) {
+    struct failures *seen = user_data;
+    atomic_store(&seen->last, (int)status);
+    atomic_fetch_add(&seen->calls, 1);
+}
+
 static void lost_when_deleted_underneath(const char *url) {
     /* A client of its own, so the counts below are this scenario's alone. */
     leasehold_client *client = NULL;
@@ -107,9 +120,12 @@ static void lost_when_deleted_underneath(const char *url) {
     char key[64];
     plain_key(key, sizeof key, "ka-lost");
     leasehold_lease *lease = take(client, key, TTL_MS);
+    static struct failures seen;
+    EXPECT(LEASEHOLD_OK, leasehold_lease_on_keep_alive_failure(lease, on_failure, &seen));
     EXPECT(LEASEHOLD_OK, leasehold_lease_keep_alive(lease, true));
     sleep_ms(TTL_MS + 300);
     CHECK(leasehold_lease_remaining_ms(lease) > 0);
+    CHECK(atomic_load(&seen.calls) == 0);
     delete_underneath(key);
     /* The next renewal (within a third of the TTL) finds the lease lost. */
     double start = now_seconds();
@@ -119,6 +135,14 @@ static void lost_when_deleted_underneath(const char *url) {
     }
     EXPECT(LEASEHOLD_LOST, leasehold_lease_keep_alive_status(lease));
     EXPECT_ERROR_MENTIONS("lost");
+    /* The callback was told, once, from the keep-alive thread. */
+    start = now_seconds();
+    while (atomic_load(&seen.calls) == 0) {
+        CHECK(now_seconds() - start < 5.0);
+        sleep_ms(1);
+    }
+    CHECK(atomic_load(&seen.calls) == 1);
+    CHECK(atomic_load(&seen.last) == LEASEHOLD_LOST);
     /* A long job's checkpoint says so too, whatever the margin. */
     EXPECT(LEASEHOLD_LOST, leasehold_lease_check(lease, 0));
     /* Renewal stopped for good: still lost a while later, and release says so. */
@@ -191,6 +215,8 @@ static void null_arguments(void) {
     EXPECT_ERROR_MENTIONS("lease is NULL");
     EXPECT(LEASEHOLD_INVALID_ARGUMENT, leasehold_lease_keep_alive(NULL, false));
     EXPECT(LEASEHOLD_INVALID_ARGUMENT, leasehold_lease_keep_alive_status(NULL));
+    EXPECT_ERROR_MENTIONS("lease is NULL");
+    EXPECT(LEASEHOLD_INVALID_ARGUMENT, leasehold_lease_on_keep_alive_failure(NULL, on_failure, NULL));
     EXPECT_ERROR_MENTIONS("lease is NULL");
 }
 

@@ -11,8 +11,15 @@ typedef enum leasehold_status {
     LEASEHOLD_UNAVAILABLE = 3,
     LEASEHOLD_INVALID_ARGUMENT = 4,
     LEASEHOLD_INTERNAL = 5,
-    LEASEHOLD_INTERRUPTED = 6
+    LEASEHOLD_INTERRUPTED = 6,
+    LEASEHOLD_STALE_FENCE = 7,
+    LEASEHOLD_INCOMPLETE_ATTEMPT = 8
 } leasehold_status;
+typedef enum leasehold_once_state {
+    LEASEHOLD_ONCE_NONE = 0,
+    LEASEHOLD_ONCE_STARTED = 1,
+    LEASEHOLD_ONCE_DONE = 2
+} leasehold_once_state;
 
 const char *leasehold_version(void);
 uint32_t leasehold_abi_version(void);
@@ -48,3 +55,10 @@ leasehold_status leasehold_lease_restore(const leasehold_client *client, const c
                                          const char *token, leasehold_lease **lease_out);
 leasehold_status leasehold_force_release(const leasehold_client *client, const char *key, size_t key_len);
 void leasehold_lease_detach(leasehold_lease *lease);
+leasehold_status leasehold_once_lock(const leasehold_client *client, const char *key, size_t key_len,
+                                     uint64_t ttl_ms, uint64_t wait_ms, leasehold_lease **lease_out);
+leasehold_status leasehold_once_read(leasehold_lease *lease, leasehold_once_state *state_out, uint64_t *fence_out,
+                                     uint64_t *started_ms_out, const char **result_out, size_t *result_len_out);
+leasehold_status leasehold_once_started(leasehold_lease *lease, uint64_t keep_for_ms);
+leasehold_status leasehold_once_done(leasehold_lease *lease, const char *result, size_t result_len,
+                                     uint64_t keep_for_ms);

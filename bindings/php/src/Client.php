@@ -283,6 +283,55 @@ final class Client implements ClientInterface
         return $result;
     }
 
+    /**
+     * Runs an irreversible action at most once per key (an idempotency key): a charge, an e-mail, a call to a
+     * partner's API, whatever number of times a job is retried. The first call takes the key's lease (waiting up to
+     * $ttl while another attempt holds it), records that it starts (with its fence), runs `$fn(Lock)` with the
+     * lease kept alive, records its result (serialize()d, at most 64 KiB) and releases. Later calls within
+     * $keepFor return the recorded result without running $fn.
+     *
+     * An earlier attempt that started and never finished (its worker died, or $fn threw) is not run again blindly:
+     * without $recover this throws IncompleteAttemptException (with its fence() and startedAt()). With $recover,
+     * `$recover(IncompleteAttemptException $attempt, Lock $lock)` checks the business result and returns
+     * `Recovery::done($result)` (recorded as done; once() returns $result) or `Recovery::rerun()` (run $fn now).
+     *
+     * @template T
+     * @param callable(Lock): T $fn
+     * @param int|float $ttl     seconds the lease lasts (kept alive while $fn runs); also how long to wait for it
+     * @param int|float $keepFor seconds the record is kept after its last write (at most 7 days)
+     * @param null|callable(Exception\IncompleteAttemptException, Lock): Recovery $recover
+     * @return T what $fn returned, now or on the call that ran it
+     *
+     * @throws Exception\IncompleteAttemptException an earlier attempt never finished, and nothing recovered it
+     * @throws LockTimeoutException another attempt held the key for all of $ttl
+     * @throws LockLostException the lease was lost before the result was recorded
+     * @throws \Throwable whatever $fn threw (the attempt then stays incomplete: it may have done part of its work)
+     */
+    public function once(
+        string $key,
+        callable $fn,
+        mixed $ttl = self::DEFAULT_TTL,
+        mixed $keepFor = 86400.0,
+        ?callable $recover = null,
+    ): mixed {
+        Key::check($key);
+        $keepMs = Seconds::toMillis($keepFor, 'keepFor');
+        $lock = new Lock($this, $key, self::positiveTtl($ttl), once: true);
+        if (!$lock->acquire($ttl)) {
+            throw Once::timedOut($key, $ttl);
+        }
+        return Once::run(
+            $lock,
+            $key,
+            $lock->onceRead(...),
+            static function (int $state, string $result) use ($lock, $keepMs): void {
+                $state === Library::ONCE_DONE ? $lock->onceDone($result, $keepMs) : $lock->onceStarted($keepMs);
+            },
+            $fn,
+            $recover,
+        );
+    }
+
     /** The version of libleasehold in use. */
     public function version(): string
     {

@@ -65,4 +65,19 @@ interface ClientInterface
         mixed $ttl = Client::DEFAULT_TTL,
         mixed $wait = Client::DEFAULT_WAIT,
     ): mixed;
+
+    /**
+     * Runs $fn(LockInterface $lock) at most once per key within $keepFor; later calls return its recorded result.
+     * See Client::once().
+     *
+     * @throws Exception\IncompleteAttemptException an earlier attempt never finished, and nothing recovered it
+     * @throws Exception\LockTimeoutException another attempt held the key for all of $ttl
+     */
+    public function once(
+        string $key,
+        callable $fn,
+        mixed $ttl = Client::DEFAULT_TTL,
+        mixed $keepFor = 86400.0,
+        ?callable $recover = null,
+    ): mixed;
 }

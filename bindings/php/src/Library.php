@@ -43,6 +43,13 @@ final class Library
     public const INTERNAL = 5;
     /** A wait ended early by `Client::interrupt()` or by SIGTERM/SIGINT: `acquire()` returns false. */
     public const INTERRUPTED = 6;
+    public const STALE_FENCE = 7;
+    public const INCOMPLETE_ATTEMPT = 8;
+
+    /** What `leasehold_once_read` found: nothing, an attempt that never finished, a recorded result. */
+    public const ONCE_NONE = 0;
+    public const ONCE_STARTED = 1;
+    public const ONCE_DONE = 2;
 
     /** @var array<string, self> */
     private static array $byPath = [];

@@ -42,6 +42,8 @@ final class Lock implements LockInterface
         private readonly int $ttlMs,
         private readonly bool $shared = false,
         private readonly int $permits = 0,
+        /** The lock of a once-key (`Client::once()`): taken with leasehold_once_lock. */
+        private readonly bool $once = false,
     ) {
         $this->ffi = $client->library()->ffi();
         $this->events = $client->events();
@@ -96,6 +98,7 @@ final class Lock implements LockInterface
         $client = $this->client->handle();
         $length = strlen($this->key);
         $status = match (true) {
+            $this->once => $ffi->leasehold_once_lock($client, $this->key, $length, $this->ttlMs, $waitMs, \FFI::addr($out)),
             $this->permits > 0 => $ffi->leasehold_acquire_permit(
                 $client, $this->key, $length, $this->permits, $this->ttlMs, $waitMs, \FFI::addr($out)),
             $this->shared => $ffi->leasehold_acquire_shared(
@@ -305,6 +308,54 @@ final class Lock implements LockInterface
     public function key(): string
     {
         return $this->key;
+    }
+
+    /**
+     * @internal for Client::once(): the once-key's record, as [state (Library::ONCE_*), fence, started at (ms since
+     * the epoch), result bytes]
+     * @return array{int, int, int, string}
+     */
+    public function onceRead(): array
+    {
+        $ffi = $this->ffi;
+        $state = $ffi->new('leasehold_once_state');
+        $fence = $ffi->new('uint64_t');
+        $started = $ffi->new('uint64_t');
+        $result = $ffi->new('const char*');
+        $length = $ffi->new('size_t');
+        $status = $ffi->leasehold_once_read($this->leaseOrThrow(), \FFI::addr($state), \FFI::addr($fence),
+            \FFI::addr($started), \FFI::addr($result), \FFI::addr($length));
+        if ($status !== Library::OK) {
+            throw $this->client->library()->error($status, 'cannot read the once record');
+        }
+        $bytes = $length->cdata > 0 ? \FFI::string($result, $length->cdata) : '';
+        return [(int) $state->cdata, (int) $fence->cdata, (int) $started->cdata, $bytes];
+    }
+
+    /** @internal for Client::once(): records that this attempt starts its action now */
+    public function onceStarted(int $keepForMs): void
+    {
+        $status = $this->ffi->leasehold_once_started($this->leaseOrThrow(), $keepForMs);
+        if ($status !== Library::OK) {
+            throw $this->client->library()->error($status, 'cannot record the start of the action');
+        }
+    }
+
+    /** @internal for Client::once(): records that the action is done, with its (serialized) result */
+    public function onceDone(string $result, int $keepForMs): void
+    {
+        $status = $this->ffi->leasehold_once_done($this->leaseOrThrow(), $result, strlen($result), $keepForMs);
+        if ($status !== Library::OK) {
+            throw $this->client->library()->error($status, 'cannot record the result of the action');
+        }
+    }
+
+    private function leaseOrThrow(): \FFI\CData
+    {
+        if (!$this->holds()) {
+            throw new InvalidArgumentException(sprintf('lock %s is not held by this object', Key::describe($this->key)));
+        }
+        return $this->lease;
     }
 
     /** True for a shared (read) lock from Client::createSharedLock(). */

@@ -107,7 +107,7 @@ pub fn describe(status: ExitStatus) -> String {
 /// On Linux, the command gets SIGTERM if leasehold dies (even by SIGKILL): its lease is no longer
 /// renewed then, so it must not go on believing it holds the lock.
 #[cfg(target_os = "linux")]
-fn die_with_parent(command: &mut Command) {
+pub fn die_with_parent(command: &mut Command) {
     // SAFETY: getpid() before the fork; after it only async-signal-safe calls (prctl, getppid).
     let parent = unsafe { libc::getpid() };
     unsafe {
@@ -127,7 +127,7 @@ fn die_with_parent(command: &mut Command) {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn die_with_parent(_command: &mut Command) {}
+pub fn die_with_parent(_command: &mut Command) {}
 
 #[cfg(test)]
 mod tests {

@@ -30,6 +30,13 @@ pub enum Command {
         override_usage = "leasehold run [OPTIONS] <KEY> -- <COMMAND> [ARG]..."
     )]
     Run(RunArgs),
+    /// Run a command at most once per KEY (an idempotency key): a later call prints the recorded
+    /// output and exits with the recorded status instead of running it again.
+    #[command(
+        after_help = ONCE_AFTER_HELP,
+        override_usage = "leasehold once [OPTIONS] <KEY> -- <COMMAND> [ARG]..."
+    )]
+    Once(OnceArgs),
     /// Show whether KEY is held, the time left and the last fence (where the backend can tell).
     #[command(after_help = crate::exit::TABLE)]
     Status(StatusArgs),
@@ -121,6 +128,64 @@ pub struct RunArgs {
         value_name = "COMMAND"
     )]
     pub command: Vec<OsString>,
+}
+
+const ONCE_AFTER_HELP: &str = "\
+The first call takes the lease of KEY, records that the command started (with its fence), runs it with
+the lease kept alive (LEASEHOLD_KEY, LEASEHOLD_FENCE and LEASEHOLD_TOKEN in its environment), passes its
+standard output through and records it (up to 64 KiB) with its exit status. Later calls within --keep-for
+print the recorded output and exit with the recorded status, without running anything; a call while the
+command runs waits for it (--wait) and then does the same.
+
+If an earlier call started the command and never recorded its end (leasehold was killed, the host died),
+the command is NOT run again: leasehold exits with 76 and says when that attempt started. Check whether
+it did its work, then run again with --recover done (record it as done: exit 0, no output) or
+--recover rerun (run the command again).
+
+Exit status:
+  N      the command's exit status (recorded: the same on every later call); 128+N if killed by signal N
+  64     usage: bad option, duration, URL or key
+  69     the backend is unavailable
+  75     the key stayed held by a running attempt for the whole --wait
+  76     an earlier attempt started and never finished (see above)
+  79     the lease was lost while the command ran (its end could not be recorded)";
+
+#[derive(Debug, Args)]
+pub struct OnceArgs {
+    /// How long the lease lasts without renewal (renewed while the command runs).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub ttl: Duration,
+
+    /// How long to wait while another call runs the command.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub wait: Duration,
+
+    /// How long the record is kept after it was written (at most 7 days).
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    pub keep_for: Duration,
+
+    /// What to do about an earlier attempt that started and never finished, once you checked
+    /// whether it did its work: done = record it as done (exit 0, no output); rerun = run again.
+    #[arg(long, value_enum)]
+    pub recover: Option<Recover>,
+
+    /// The idempotency key (any bytes, 1 to 1019).
+    pub key: OsString,
+
+    /// The command and its arguments (after `--`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Recover {
+    Done,
+    Rerun,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

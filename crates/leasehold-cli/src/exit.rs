@@ -14,6 +14,9 @@ pub const INTERNAL: u8 = 70;
 pub const OS_ERROR: u8 = 71;
 /// The key is held by someone else (after `--wait`, if given): try again later (`EX_TEMPFAIL`).
 pub const NOT_ACQUIRED: u8 = 75;
+/// `once`: an earlier attempt started and never finished (`EX_PROTOCOL`: the record says it may
+/// have done its work; check before recovering).
+pub const INCOMPLETE: u8 = 76;
 /// The lease was lost while the command ran, so it may have overlapped with another holder.
 pub const LOST: u8 = 79;
 /// The wait was interrupted (by SIGINT or SIGTERM, which then ends leasehold itself unless the
@@ -34,6 +37,7 @@ Exit status:
   70     internal error (a bug in Leasehold)
   71     run: the command could not be started (other than 126/127)
   75     run: the key is held by someone else (after --wait, if given); try again later
+  76     once: an earlier attempt started and never finished; check it, then --recover
   79     run: the lease was lost while the command ran (it may have overlapped another holder)
   126    run: the command is not executable
   127    run: the command was not found
@@ -47,6 +51,7 @@ pub fn for_error(error: &Error) -> u8 {
         ErrorKind::Unavailable => UNAVAILABLE,
         ErrorKind::InvalidArgument => USAGE,
         ErrorKind::Interrupted => INTERRUPTED,
+        ErrorKind::IncompleteAttempt => INCOMPLETE,
         _ => INTERNAL,
     }
 }

@@ -47,6 +47,7 @@ mod child;
 mod cli;
 mod exit;
 mod latency;
+mod once;
 mod run;
 mod status;
 
@@ -111,6 +112,7 @@ fn dispatch(cli: &Cli) -> Result<u8, Failure> {
     let client = leasehold::connect_config(&config)?;
     match &cli.command {
         Command::Run(args) => run::run(&client, args),
+        Command::Once(args) => once::once(&client, args),
         Command::Status(args) => status::status(&client, &described, args),
         Command::Bench(args) => bench::bench(&client, &described, args),
     }

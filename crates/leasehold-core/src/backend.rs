@@ -111,6 +111,12 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
         )))
     }
 
+    /// The backend's store of small fenced records ([`crate::records`], what `once` remembers), or
+    /// `None` when it keeps none.
+    fn records(&self) -> Option<&dyn crate::records::RecordStore> {
+        None
+    }
+
     /// Where the backend's data lives now, for operators (`leasehold status`): for example which master
     /// a Sentinel names and how many replicas acknowledged the last write. Never a password.
     fn topology(&self) -> Option<String> {

@@ -24,6 +24,8 @@ pub struct Client {
     interrupts: Arc<Interrupts>,
     /// Whether a wait ends on SIGTERM/SIGINT (see [`crate::interrupt`]).
     watch_signals: bool,
+    /// `lock_delay_ms` (see [`Client::with_lock_delay`]).
+    lock_delay: Duration,
 }
 
 impl Client {
@@ -38,7 +40,19 @@ impl Client {
             prefix: Arc::from(""),
             interrupts: Arc::default(),
             watch_signals: true,
+            lock_delay: Duration::ZERO,
         }
+    }
+
+    /// Lock-delay (Chubby's, Consul's): a key whose lease *expired* — its holder crashed or
+    /// stalled, and did not release — stays unavailable for `delay` after its expiry, so the late
+    /// writes of a paused holder land before anyone else starts; a released key is free at once.
+    /// The backend is asked to hold each lease for its TTL plus `delay` (acquire and every extend),
+    /// while the holder relies on its TTL only: `remaining()` never counts the delay. The URL
+    /// parameter `lock_delay_ms` sets it for clients made by `connect`.
+    pub fn with_lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = delay;
+        self
     }
 
     /// Waits of this client no longer end on SIGTERM or SIGINT (they do by default: see
@@ -143,18 +157,23 @@ impl Client {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Lease> {
-        let checked = (|| Ok((Key::new(key)?, kind?, Ttl::new(ttl)?, check_wait(wait)?)))();
-        let (key, kind, ttl, wait) = checked.inspect_err(|e: &Error| self.stats.error(e.kind()))?;
+        let checked = (|| {
+            let ttl = Ttl::new(ttl)?;
+            let held = held_for(ttl, self.lock_delay)?;
+            Ok((Key::new(key)?, kind?, ttl, held, check_wait(wait)?))
+        })();
+        let (key, kind, ttl, held, wait) =
+            checked.inspect_err(|e: &Error| self.stats.error(e.kind()))?;
         self.stats.count(Event::AcquireAttempt);
         let retries_before = stats::retries_so_far();
         let sent = BootTime::now();
         let start = Instant::now();
         let result = match (kind, wait.is_zero()) {
-            (LeaseKind::Exclusive, true) => self.backend.try_acquire(&key, ttl),
-            (kind, true) => self.backend.try_acquire_as(&key, kind, ttl),
+            (LeaseKind::Exclusive, true) => self.backend.try_acquire(&key, held),
+            (kind, true) => self.backend.try_acquire_as(&key, kind, held),
             (kind, false) => {
                 let watch = Watch::new(Some(&self.interrupts), self.watch_signals);
-                self.backend.acquire_watched(&key, kind, ttl, wait, &watch)
+                self.backend.acquire_watched(&key, kind, held, wait, &watch)
             }
         };
         let elapsed = start.elapsed();
@@ -166,6 +185,8 @@ impl Client {
         }
         match result {
             Ok(mut raw) => {
+                // The holder relies on its own TTL, not on the lock-delay the backend holds on.
+                raw.shorten(self.lock_delay);
                 if wait.is_zero() {
                     // One attempt: whatever the backend retried inside it, and however long the
                     // host slept during it, the key is proven ours only from before the first send.
@@ -204,7 +225,13 @@ impl Client {
 
     /// The guard over a lease this client's backend granted (or restored).
     fn guard(&self, raw: RawLease, ttl: Ttl) -> Lease {
-        Lease::new(self.backend.clone(), self.stats.clone(), raw, ttl)
+        Lease::new(
+            self.backend.clone(),
+            self.stats.clone(),
+            raw,
+            ttl,
+            self.lock_delay,
+        )
     }
 
     /// Picks up a lease taken elsewhere (another process, a queued job that releases what its
@@ -226,7 +253,8 @@ impl Client {
         let result = self.backend.restore(&key, token);
         self.stats.round_trip(start.elapsed());
         match result {
-            Ok(raw) => {
+            Ok(mut raw) => {
+                raw.shorten(self.lock_delay);
                 self.stats.count(Event::Restored);
                 tracing::debug!(target: "leasehold", event = "restored", backend = self.backend.name(),
                     key = %key, fence = raw.fence());
@@ -295,4 +323,18 @@ impl Client {
             .snapshot()
             .to_prometheus(&[("backend", self.backend.name()), ("prefix", &self.prefix)])
     }
+}
+
+/// What the backend is asked to hold a lease for: its TTL plus the lock-delay.
+pub(crate) fn held_for(ttl: Ttl, lock_delay: Duration) -> Result<Ttl> {
+    if lock_delay.is_zero() {
+        return Ok(ttl);
+    }
+    Ttl::new(ttl.as_duration().saturating_add(lock_delay)).map_err(|_| {
+        Error::invalid(format!(
+            "a ttl of {} ms plus lock_delay_ms={} is above the maximum ttl of 7 days",
+            ttl.as_millis(),
+            lock_delay.as_millis()
+        ))
+    })
 }

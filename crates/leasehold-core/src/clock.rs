@@ -48,6 +48,10 @@ impl BootTime {
         BootTime(self.0.saturating_add(d))
     }
 
+    pub fn saturating_sub(self, d: Duration) -> BootTime {
+        BootTime(self.0.saturating_sub(d))
+    }
+
     /// Time from now until this point; zero once passed.
     pub fn remaining(self) -> Duration {
         self.0.saturating_sub(boot_clock())

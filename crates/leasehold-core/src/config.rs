@@ -50,7 +50,13 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(600);
 pub const MAX_POOL_SIZE: u32 = 1024;
 
 /// Parameters every backend accepts.
-pub const COMMON_PARAMS: &[&str] = &["prefix", "connect_timeout_ms", "io_timeout_ms", "pool_size"];
+pub const COMMON_PARAMS: &[&str] = &[
+    "prefix",
+    "connect_timeout_ms",
+    "io_timeout_ms",
+    "pool_size",
+    "lock_delay_ms",
+];
 
 /// A parsed backend URL. `Debug` and `Display` never show a password.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +67,9 @@ pub struct Config {
     pub connect_timeout: Duration,
     pub io_timeout: Duration,
     pub pool_size: u32,
+    /// `lock_delay_ms`: how long a key whose lease *expired* (was not released) stays unavailable
+    /// after its expiry (default 0). See [`crate::Client::with_lock_delay`].
+    pub lock_delay: Duration,
     /// Options of the Redis schemes (defaults elsewhere).
     pub redis: RedisOptions,
 }
@@ -290,6 +299,10 @@ fn parse(url: &str) -> Result<Config> {
     let prefix = query.get("prefix").unwrap_or(DEFAULT_PREFIX).to_owned();
     let connect_timeout = query.millis("connect_timeout_ms", DEFAULT_CONNECT_TIMEOUT)?;
     let io_timeout = query.millis("io_timeout_ms", DEFAULT_IO_TIMEOUT)?;
+    let lock_delay = match query.get("lock_delay_ms") {
+        None | Some("0") => Duration::ZERO,
+        Some(_) => query.millis("lock_delay_ms", Duration::ZERO)?,
+    };
 
     let redis = match kind {
         Scheme::Redis { tls, .. } => redis_options(&query, tls, io_timeout)?,
@@ -317,6 +330,7 @@ fn parse(url: &str) -> Result<Config> {
         connect_timeout,
         io_timeout,
         pool_size,
+        lock_delay,
         redis,
     })
 }

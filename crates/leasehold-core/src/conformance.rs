@@ -6,10 +6,14 @@
 //! benchmarks.
 
 mod kinds;
+mod once;
+mod records;
 mod restore;
 pub mod stopped;
 
 pub use kinds::{run_semaphore, run_shared, semaphore_limit};
+pub use once::run_once;
+pub use records::run_records;
 pub use restore::{run_force_release, run_restore, run_restore_refused};
 
 use crate::{Client, Error, ErrorKind, Lease, MAX_KEY_LEN};
@@ -52,6 +56,10 @@ pub fn run(new_client: &dyn Fn() -> Client) {
         ("acquire_waits_for_release", acquire_waits_for_release),
         ("acquire_gives_up_after_wait", acquire_gives_up_after_wait),
         ("interrupt_ends_a_wait", interrupt_ends_a_wait),
+        (
+            "lock_delay_holds_an_expired_key",
+            lock_delay_holds_an_expired_key,
+        ),
         ("binary_keys_work_and_differ", binary_keys_work_and_differ),
         (
             "bad_inputs_are_rejected_and_harmless",
@@ -292,6 +300,62 @@ fn interrupt_ends_a_wait(a: &Client, b: &Client) {
         |c, k| c.try_acquire(k, LONG),
         |c, k| c.acquire(k, LONG, Duration::from_secs(20)),
     );
+}
+
+/// Lock-delay: a lease that expires unreleased keeps its key from others for the delay past its
+/// TTL; the holder never counts the delay; a released key is free at once; a waiter gets an
+/// expired key once the delay is over. (The delay is the client's, so any backend is asked the
+/// same: to hold each lease for its TTL plus the delay.)
+fn lock_delay_holds_an_expired_key(a: &Client, b: &Client) {
+    let ttl = Duration::from_millis(600);
+    let delay = Duration::from_millis(1500);
+    let delayed = Client::from_arc(a.backend().clone()).with_lock_delay(delay);
+    let k = key("lock-delay");
+    let start = Instant::now();
+    let lease = delayed.try_acquire(&k, ttl).unwrap();
+    assert!(lease.remaining() <= ttl, "{:?}", lease.remaining());
+    // The holder stalls and never releases (a crash would do the same).
+    lease.forget();
+    std::thread::sleep((ttl + Duration::from_millis(200)).saturating_sub(start.elapsed()));
+    let asked = start.elapsed();
+    let early = b.try_acquire(&k, LONG);
+    if asked < ttl + delay - Duration::from_millis(200) {
+        assert_eq!(
+            kind(early),
+            ErrorKind::NotAcquired,
+            "free {asked:?} after an acquire with ttl {ttl:?} and a lock-delay of {delay:?}"
+        );
+    }
+    // A waiter gets the key once the delay is over.
+    let next = b
+        .acquire(&k, LONG, Duration::from_secs(10))
+        .expect("free after the delay");
+    let freed = start.elapsed();
+    assert!(
+        freed >= ttl + delay - Duration::from_millis(50),
+        "freed after {freed:?}"
+    );
+    assert!(freed < Duration::from_secs(8), "freed after {freed:?}");
+    next.release().unwrap();
+    // Released: free at once, delay or not.
+    let k = key("lock-delay-released");
+    let lease = delayed.try_acquire(&k, LONG).unwrap();
+    lease.release().unwrap();
+    b.try_acquire(&k, LONG)
+        .expect("a released key is free at once")
+        .release()
+        .unwrap();
+    // Extends ask for the delay too: a lease extended, then left to expire, is held past its TTL.
+    let k = key("lock-delay-extended");
+    let mut lease = delayed.try_acquire(&k, ttl).unwrap();
+    lease.extend(ttl).unwrap();
+    assert!(lease.remaining() <= ttl);
+    let extended = Instant::now();
+    lease.forget();
+    std::thread::sleep((ttl + Duration::from_millis(200)).saturating_sub(extended.elapsed()));
+    if extended.elapsed() < ttl + delay - Duration::from_millis(200) {
+        assert_eq!(kind(b.try_acquire(&k, LONG)), ErrorKind::NotAcquired);
+    }
 }
 
 fn acquire_gives_up_after_wait(a: &Client, b: &Client) {

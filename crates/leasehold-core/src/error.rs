@@ -26,6 +26,14 @@ pub enum Error {
     /// process got SIGTERM or SIGINT while it waited. Nothing was acquired.
     #[error("interrupted: {0}")]
     Interrupted(String),
+    /// A fence older than the one the protected store already accepted: the write must not
+    /// happen (the caller's lease was lost, and a newer holder wrote since).
+    #[error("stale fence: {0}")]
+    StaleFence(String),
+    /// An earlier attempt of a `once` action started and never finished (its worker died, or its
+    /// action failed): it is not run again blindly. Check the business result, then recover.
+    #[error("incomplete attempt: {0}")]
+    IncompleteAttempt(String),
 }
 
 /// The kind of an [`Error`], with the C status values that are fixed forever.
@@ -38,6 +46,8 @@ pub enum ErrorKind {
     InvalidArgument,
     Internal,
     Interrupted,
+    StaleFence,
+    IncompleteAttempt,
 }
 
 impl ErrorKind {
@@ -50,6 +60,8 @@ impl ErrorKind {
             ErrorKind::InvalidArgument => 4,
             ErrorKind::Internal => 5,
             ErrorKind::Interrupted => 6,
+            ErrorKind::StaleFence => 7,
+            ErrorKind::IncompleteAttempt => 8,
         }
     }
 
@@ -62,17 +74,21 @@ impl ErrorKind {
             ErrorKind::InvalidArgument => "invalid_argument",
             ErrorKind::Internal => "internal",
             ErrorKind::Interrupted => "interrupted",
+            ErrorKind::StaleFence => "stale_fence",
+            ErrorKind::IncompleteAttempt => "incomplete_attempt",
         }
     }
 
     /// Every kind, in code order.
-    pub const ALL: [ErrorKind; 6] = [
+    pub const ALL: [ErrorKind; 8] = [
         ErrorKind::NotAcquired,
         ErrorKind::Lost,
         ErrorKind::Unavailable,
         ErrorKind::InvalidArgument,
         ErrorKind::Internal,
         ErrorKind::Interrupted,
+        ErrorKind::StaleFence,
+        ErrorKind::IncompleteAttempt,
     ];
 }
 
@@ -91,6 +107,8 @@ impl Error {
             Error::InvalidArgument(_) => ErrorKind::InvalidArgument,
             Error::Internal(_) => ErrorKind::Internal,
             Error::Interrupted(_) => ErrorKind::Interrupted,
+            Error::StaleFence(_) => ErrorKind::StaleFence,
+            Error::IncompleteAttempt(_) => ErrorKind::IncompleteAttempt,
         }
     }
 
@@ -102,7 +120,9 @@ impl Error {
             | Error::Unavailable(m)
             | Error::InvalidArgument(m)
             | Error::Internal(m)
-            | Error::Interrupted(m) => m,
+            | Error::Interrupted(m)
+            | Error::StaleFence(m)
+            | Error::IncompleteAttempt(m) => m,
         }
     }
 
@@ -122,6 +142,8 @@ impl Error {
             Error::InvalidArgument(_) => Error::InvalidArgument(message),
             Error::Internal(_) => Error::Internal(message),
             Error::Interrupted(_) => Error::Interrupted(message),
+            Error::StaleFence(_) => Error::StaleFence(message),
+            Error::IncompleteAttempt(_) => Error::IncompleteAttempt(message),
         }
     }
 

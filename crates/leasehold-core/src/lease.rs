@@ -42,6 +42,8 @@ pub(crate) struct LeaseCell {
     fence: u64,
     kind: LeaseKind,
     acquired_at: Instant,
+    /// The client's lock-delay: every extend asks the backend for the TTL plus this.
+    lock_delay: Duration,
     deadline: PublishedDeadline,
     state: Mutex<LeaseState>,
 }
@@ -66,7 +68,12 @@ struct LeaseState {
     /// Set when a release's outcome is unknown: the lease is over for its holder (the release may
     /// run later). A retried release is still allowed, to free the key before its TTL.
     ending: bool,
+    /// Told of every failed renewal ([`Lease::on_keep_alive_failure`]).
+    on_failure: Option<KeepAliveHook>,
 }
+
+/// What [`Lease::on_keep_alive_failure`] registers.
+pub type KeepAliveHook = Arc<dyn Fn(&Error) + Send + Sync>;
 
 /// Why an extend after a release of unknown outcome is refused: the release may still reach the
 /// server after the extend and free the key under a holder who believes it holds.
@@ -114,6 +121,7 @@ impl LeaseCell {
         if state.ending {
             return Err(Error::Lost(ENDED_BY_RELEASE.into()));
         }
+        let held = crate::client::held_for(ttl, self.lock_delay)?;
         // Dated before anything is sent, on the clock that counts a suspended host: whatever the
         // backend does inside the call (retries, a reconnect), the key is only proven ours from here.
         let sent = BootTime::now();
@@ -122,7 +130,7 @@ impl LeaseCell {
         state.raw.cap_from(ttl, sent);
         self.publish(state);
         let start = Instant::now();
-        let result = self.backend.extend(&mut state.raw, ttl);
+        let result = self.backend.extend(&mut state.raw, held);
         self.stats.round_trip(start.elapsed());
         match &result {
             Ok(()) => {
@@ -176,8 +184,9 @@ impl Renew for LeaseCell {
             Err(e) => {
                 self.stats.count(Event::KeepAliveFailure);
                 let lost = matches!(e, Error::Lost(_));
-                state.keep_alive_error = Some(e);
-                if lost {
+                let hook = state.on_failure.clone();
+                state.keep_alive_error = Some(e.clone());
+                let next = if lost {
                     self.stats.count(Event::ExtendLost);
                     state.renewing = false;
                     Next::Stop
@@ -186,7 +195,13 @@ impl Renew for LeaseCell {
                     let retry = (ttl.as_duration() / 10)
                         .clamp(Duration::from_millis(5), Duration::from_secs(1));
                     Next::At(Instant::now() + retry)
+                };
+                // Told without the lease's lock held, so the hook may look at the lease.
+                drop(state);
+                if let Some(hook) = hook {
+                    hook(&e);
                 }
+                next
             }
         }
     }
@@ -205,6 +220,7 @@ impl Lease {
         stats: Arc<Stats>,
         raw: RawLease,
         ttl: Ttl,
+        lock_delay: Duration,
     ) -> Self {
         let cell = LeaseCell {
             pid: fork::pid(),
@@ -215,6 +231,7 @@ impl Lease {
             fence: raw.fence(),
             kind: raw.kind(),
             acquired_at: Instant::now(),
+            lock_delay,
             deadline: PublishedDeadline(AtomicU64::new(0)),
             state: Mutex::new(LeaseState {
                 raw,
@@ -226,6 +243,7 @@ impl Lease {
                 loss_noted: false,
                 unknown_extend: None,
                 ending: false,
+                on_failure: None,
             }),
         };
         cell.publish(&cell.lock());
@@ -236,6 +254,11 @@ impl Lease {
 
     pub fn key(&self) -> &Key {
         &self.cell.key
+    }
+
+    /// The backend that granted the lease.
+    pub(crate) fn backend(&self) -> &std::sync::Arc<dyn crate::LockBackend> {
+        &self.cell.backend
     }
 
     pub fn token(&self) -> Token {
@@ -352,6 +375,17 @@ impl Lease {
         Ok(())
     }
 
+    /// Calls `hook` on the keep-alive thread each time a renewal fails: with `Lost` once the lease is
+    /// lost (renewal then stops), or with the backend's error when a renewal could not reach it (the
+    /// lease may be gone; renewal tries again soon). For a program that must stop its work at
+    /// once rather than at its next [`Lease::checkpoint`]. The hook must be quick and must not block;
+    /// replacing it, or `None`, takes effect for the next failure.
+    pub fn on_keep_alive_failure(&self, hook: Option<KeepAliveHook>) -> Result<()> {
+        self.check_owner()?;
+        self.cell.lock().on_failure = hook;
+        Ok(())
+    }
+
     /// Whether background renewal is on.
     pub fn keeps_alive(&self) -> bool {
         !self.is_inherited() && self.cell.lock().keep_alive
@@ -437,8 +471,10 @@ impl Lease {
         {
             let mut state = self.cell.lock();
             if !state.released {
+                // The backend keeps the key through the lock-delay too.
                 let ttl = state.ttl;
-                self.cell.backend.detach(&mut state.raw, ttl);
+                let held = crate::client::held_for(ttl, self.cell.lock_delay).unwrap_or(ttl);
+                self.cell.backend.detach(&mut state.raw, held);
             }
             state.released = true;
             state.keep_alive = false;

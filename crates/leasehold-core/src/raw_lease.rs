@@ -122,6 +122,12 @@ impl RawLease {
         self.deadline = self.deadline.min(BootTime::from_instant(at));
     }
 
+    /// Relies on the lease `by` less than its deadline: what the backend was asked to hold past
+    /// the holder's TTL (a lock-delay), the holder does not count on.
+    pub fn shorten(&mut self, by: Duration) {
+        self.deadline = self.deadline.saturating_sub(by);
+    }
+
     /// Marks the lease as expired now (it was found lost).
     pub fn expire(&mut self) {
         self.deadline = self.deadline.min(BootTime::now());

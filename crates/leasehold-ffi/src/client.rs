@@ -288,7 +288,7 @@ fn acquire(
 
 /// Writes a lease the backend gave into `*out` (owned by the caller from now), or returns the
 /// backend's error with the client's secrets masked.
-fn hand_out(
+pub(crate) fn hand_out(
     out: &mut *mut leasehold_lease,
     handle: &leasehold_client,
     lease: Result<leasehold::Lease>,

@@ -23,6 +23,8 @@ pub struct leasehold_lease {
     /// The client's secrets, masked in this lease's errors. The lease itself keeps the client's
     /// backend (its connections and counters) alive.
     secrets: Arc<Secrets>,
+    /// The result `leasehold_once_read` lent to C last, kept until the next read or the free.
+    pub(crate) once_result: Vec<u8>,
 }
 
 impl leasehold_lease {
@@ -36,6 +38,7 @@ impl leasehold_lease {
             lease,
             token,
             secrets,
+            once_result: Vec::new(),
         }
     }
 }
@@ -48,7 +51,10 @@ fn view<'a>(lease: *const leasehold_lease) -> Result<&'a leasehold_lease> {
 
 /// Runs `f` on the lease behind a pointer the caller lends us exclusively for the call, with the
 /// client's secrets masked in its error.
-fn with_lease(lease: *mut leasehold_lease, f: impl FnOnce(&mut Lease) -> Result<()>) -> Result<()> {
+pub(crate) fn with_lease(
+    lease: *mut leasehold_lease,
+    f: impl FnOnce(&mut Lease) -> Result<()>,
+) -> Result<()> {
     // SAFETY: as for `view`; the caller gives us exclusive use for the call.
     let handle = unsafe { lease.as_mut() }.ok_or_else(|| Error::invalid("lease is NULL"))?;
     f(&mut handle.lease).map_err(|e| handle.secrets.redact(e))
@@ -119,6 +125,68 @@ pub unsafe extern "C" fn leasehold_lease_keep_alive(
 ) -> leasehold_status {
     boundary::call("leasehold_lease_keep_alive", || {
         with_lease(lease, |l| l.keep_alive(enabled))
+    })
+}
+
+/// A function the keep-alive thread calls when a renewal of a lease fails (see
+/// `leasehold_lease_on_keep_alive_failure`): `user_data` as registered, and `LEASEHOLD_LOST` (the
+/// lease is lost; renewal has stopped) or `LEASEHOLD_UNAVAILABLE` (the backend did not answer; the
+/// lease may be gone, renewal tries again soon).
+#[allow(non_camel_case_types)]
+pub type leasehold_keep_alive_failed =
+    Option<unsafe extern "C" fn(user_data: *mut std::ffi::c_void, status: leasehold_status)>;
+
+/// The C side of a registered callback: called from the keep-alive thread.
+struct FailureCallback {
+    callback: unsafe extern "C" fn(*mut std::ffi::c_void, leasehold_status),
+    user_data: *mut std::ffi::c_void,
+}
+
+// SAFETY: the header makes the caller promise that `user_data` may be used from the library's
+// keep-alive thread, and the callback is a plain C function.
+unsafe impl Send for FailureCallback {}
+unsafe impl Sync for FailureCallback {}
+
+impl FailureCallback {
+    fn call(&self, status: leasehold_status) {
+        // A C callback cannot unwind into us.
+        // SAFETY: as promised by whoever registered it (header contract).
+        unsafe { (self.callback)(self.user_data, status) }
+    }
+}
+
+/// Registers `callback` to be called, with `user_data`, on the library's keep-alive thread each
+/// time a background renewal of `lease` fails — so a worker can stop its job at once instead of at
+/// its next `leasehold_lease_check`. NULL `callback` removes it. The status passed is
+/// `LEASEHOLD_LOST` or `LEASEHOLD_UNAVAILABLE` (as `leasehold_lease_keep_alive_status` would say).
+///
+/// The callback runs on another thread than the one that owns the lease: it must be quick, must
+/// not block, must not call into this library with `lease`, and `user_data` must be safe to use
+/// from that thread (set a flag, write to a pipe, signal a condition variable). It is not called
+/// after `leasehold_lease_release` or `leasehold_lease_free` returned, since renewal has stopped.
+///
+/// `LEASEHOLD_INVALID_ARGUMENT` for NULL `lease` and in a fork() child for a lease the parent took.
+///
+/// # Safety
+/// `lease` is NULL or a live lease not used by another thread during the call; `callback` is NULL
+/// or a function that may be called from another thread with `user_data`.
+#[no_mangle]
+pub unsafe extern "C" fn leasehold_lease_on_keep_alive_failure(
+    lease: *mut leasehold_lease,
+    callback: leasehold_keep_alive_failed,
+    user_data: *mut std::ffi::c_void,
+) -> leasehold_status {
+    boundary::call("leasehold_lease_on_keep_alive_failure", || {
+        let hook = callback.map(|callback| {
+            let c = FailureCallback {
+                callback,
+                user_data,
+            };
+            let hook: leasehold::KeepAliveHook =
+                Arc::new(move |error: &Error| c.call(leasehold_status::from(error.kind())));
+            hook
+        });
+        with_lease(lease, |l| l.on_keep_alive_failure(hook))
     })
 }
 

@@ -16,6 +16,7 @@ mod last_error;
 mod lease;
 mod lent;
 mod metrics;
+mod once;
 mod persistent;
 mod status;
 

@@ -30,6 +30,11 @@ pub enum leasehold_status {
     /// SIGINT arrived during it (the signal is delivered to the process's handler as the call
     /// returns).
     LEASEHOLD_INTERRUPTED = 6,
+    /// A fence older than the one the protected store holds: the write was refused.
+    LEASEHOLD_STALE_FENCE = 7,
+    /// An earlier attempt of a `once` action started and never finished: check the business
+    /// result before running it again (see `leasehold_once_read`).
+    LEASEHOLD_INCOMPLETE_ATTEMPT = 8,
 }
 
 impl From<ErrorKind> for leasehold_status {
@@ -40,6 +45,8 @@ impl From<ErrorKind> for leasehold_status {
             ErrorKind::Unavailable => leasehold_status::LEASEHOLD_UNAVAILABLE,
             ErrorKind::InvalidArgument => leasehold_status::LEASEHOLD_INVALID_ARGUMENT,
             ErrorKind::Interrupted => leasehold_status::LEASEHOLD_INTERRUPTED,
+            ErrorKind::StaleFence => leasehold_status::LEASEHOLD_STALE_FENCE,
+            ErrorKind::IncompleteAttempt => leasehold_status::LEASEHOLD_INCOMPLETE_ATTEMPT,
             // A kind added to core later is still an error; never report it as success.
             _ => leasehold_status::LEASEHOLD_INTERNAL,
         }

@@ -235,6 +235,64 @@ impl Dir {
         Ok((st.st_dev as u64, st.st_ino as u64))
     }
 
+    /// The subdirectory `name`, reached relative to this directory's descriptor (never through a
+    /// symbolic link) and checked like it: ours, private, on a file system we may use. With
+    /// `create` it is created (mode 0700) if missing, and made durable in this one; without,
+    /// `None` when it is missing.
+    pub(crate) fn subdir(&self, name: &str, create: bool) -> Result<Option<Dir>> {
+        let path = self.join(name);
+        let c_name = CString::new(name)
+            .map_err(|_| Error::invalid(format!("{} contains a NUL byte", path.display())))?;
+        if create {
+            // SAFETY: `c_name` is NUL-terminated and lives for the call; the directory is open.
+            if unsafe { libc::mkdirat(self.fd.as_raw_fd(), c_name.as_ptr(), 0o700) } == 0 {
+                // SAFETY: a plain syscall on a descriptor we own. Best effort: without it a power
+                // loss may lose the new directory, as it may lose anything not yet written back.
+                unsafe {
+                    libc::fsync(self.fd.as_raw_fd());
+                }
+            } else {
+                let err = std::io::Error::last_os_error();
+                if err.kind() != std::io::ErrorKind::AlreadyExists {
+                    return Err(io_error("cannot create the directory", &path, &err));
+                }
+            }
+        }
+        // SAFETY: `c_name` is NUL-terminated and lives for the call; the directory is open.
+        let fd = unsafe {
+            libc::openat(
+                self.fd.as_raw_fd(),
+                c_name.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            let err = std::io::Error::last_os_error();
+            if !create && err.kind() == std::io::ErrorKind::NotFound {
+                return Ok(None);
+            }
+            return Err(io_error("cannot open the directory", &path, &err));
+        }
+        // SAFETY: `fd` was just returned by openat and is owned by nobody else.
+        let dir = Dir {
+            path,
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            single_host: self.single_host,
+        };
+        dir.check()?;
+        Ok(Some(dir))
+    }
+
+    /// Flushes the directory's entries to stable storage (`fsync`), so a file created in it
+    /// survives a power loss.
+    pub(crate) fn sync(&self) -> std::io::Result<()> {
+        // SAFETY: a plain syscall on a descriptor we own.
+        if unsafe { libc::fsync(self.fd.as_raw_fd()) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     pub(crate) fn unlink(&self, name: &str) -> std::io::Result<()> {
         let c_name = CString::new(name).map_err(|_| std::io::ErrorKind::InvalidInput)?;
         // SAFETY: `c_name` is NUL-terminated and lives for the call; the directory is open.

@@ -65,6 +65,7 @@ mod file;
 mod names;
 mod queue;
 mod record;
+mod records;
 mod wake;
 
 pub use dir::default_dir;
@@ -519,6 +520,11 @@ impl LockBackend for LocalBackend {
         };
         let left = Duration::from_nanos(holder.deadline_ns.saturating_sub(now_ns));
         Ok(RawLease::restored(key.clone(), token, holder.fence, left, sent).with_kind(kind))
+    }
+
+    /// One file per record, beside the locks (see `records`).
+    fn records(&self) -> Option<&dyn leasehold_core::records::RecordStore> {
+        Some(self)
     }
 
     /// Locks only, as `restore`: every holder of the lock, exclusive or shared, is removed.

@@ -25,6 +25,13 @@ fn restore_and_force_release() {
 }
 
 #[test]
+fn records() {
+    let dir = temp_dir("local-records");
+    conformance::run_records(&|| client(&dir));
+    conformance::run_once(&|| client(&dir));
+}
+
+#[test]
 fn shared_locks() {
     let dir = temp_dir("local-shared");
     conformance::run_shared(&|| client(&dir));

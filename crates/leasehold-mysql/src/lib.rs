@@ -47,6 +47,7 @@
 pub mod gate;
 mod named;
 mod names;
+mod records;
 mod session;
 mod sweep;
 mod table;
@@ -240,5 +241,10 @@ impl LockBackend for MysqlBackend {
             Mode::Named(n) => n.force_release(&self.pools, &prefixed),
             Mode::Table(t) => t.force_release(&self.pools, &prefixed),
         }
+    }
+
+    /// Rows of a records table, in both modes (see `records.rs`).
+    fn records(&self) -> Option<&dyn leasehold_core::records::RecordStore> {
+        Some(self)
     }
 }

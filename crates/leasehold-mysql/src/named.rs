@@ -53,6 +53,11 @@ impl Named {
         }
     }
 
+    /// The fence table, quoted (`records.rs` names the records table after it).
+    pub(crate) fn fence_table(&self) -> &str {
+        &self.fences
+    }
+
     /// Creates the fence table if missing.
     pub fn ensure(&self, pools: &Pools, deadline: Deadline) -> Result<()> {
         let sql = format!(

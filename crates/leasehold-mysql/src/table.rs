@@ -49,6 +49,11 @@ impl Table {
         }
     }
 
+    /// The main table, quoted (`records.rs` names the records table after it).
+    pub(crate) fn main_table(&self) -> &str {
+        &self.main
+    }
+
     /// Creates the tables if missing.
     pub fn ensure(&self, pools: &Pools, deadline: Deadline) -> Result<()> {
         let holders = |name: &str| {

@@ -24,6 +24,18 @@ fn table_conformance() {
 }
 
 #[test]
+fn named_records() {
+    conformance::run_records(&|| client("lock=named"));
+    conformance::run_once(&|| client("lock=named"));
+}
+
+#[test]
+fn table_records() {
+    conformance::run_records(&|| client("lock=table&table=records_locks"));
+    conformance::run_once(&|| client("lock=table&table=records_locks"));
+}
+
+#[test]
 fn named_mutual_exclusion() {
     conformance::mutual_exclusion(&client("lock=named"), 8, 40);
 }

@@ -149,6 +149,7 @@ mod advisory;
 mod ask;
 pub mod gate;
 mod lock_id;
+mod records;
 mod session;
 mod table;
 mod tls;
@@ -391,6 +392,11 @@ impl LockBackend for PostgresBackend {
             Mode::Advisory(a) => a.inspect(&self.pools, &prefixed),
             Mode::Table(t) => t.inspect(&self.pools, &prefixed),
         }
+    }
+
+    /// Rows of a records table, in both modes (see `records.rs`).
+    fn records(&self) -> Option<&dyn leasehold_core::records::RecordStore> {
+        Some(self)
     }
 }
 

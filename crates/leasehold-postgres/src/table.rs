@@ -145,6 +145,11 @@ impl Table {
         format!("{}{sql}", self.bound)
     }
 
+    /// The table's name as given in the URL (`name` or `schema.name`).
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
     fn insert(&self, key_hex: &str, token: Token, ttl: Ttl) -> String {
         self.insert_when(key_hex, token, ttl, "")
     }
@@ -354,7 +359,7 @@ const HEAD: &str = "current_setting('leasehold.head', true) = 'true'";
 
 /// `name` + `suffix` as one identifier of at most 63 bytes: a name too long for the suffix is cut
 /// and told apart by a hash of the whole.
-fn suffixed(name: &str, suffix: &str) -> String {
+pub(crate) fn suffixed(name: &str, suffix: &str) -> String {
     if name.len() + suffix.len() <= 63 {
         return format!("{name}{suffix}");
     }

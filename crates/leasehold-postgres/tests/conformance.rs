@@ -21,6 +21,18 @@ fn table_conformance() {
 }
 
 #[test]
+fn advisory_records() {
+    conformance::run_records(&|| client("lock=advisory"));
+    conformance::run_once(&|| client("lock=advisory"));
+}
+
+#[test]
+fn table_records() {
+    conformance::run_records(&|| client("lock=table&table=records_locks"));
+    conformance::run_once(&|| client("lock=table&table=records_locks"));
+}
+
+#[test]
 fn advisory_mutual_exclusion() {
     conformance::mutual_exclusion(&client("lock=advisory"), 8, 40);
 }

@@ -16,6 +16,7 @@
 //! - `base ‖ "s:" ‖ token ‖ ":" ‖ key`: one waiter's wake-up list (the token has a fixed length,
 //!   so the name is unambiguous; it expires);
 //! - `base ‖ "rq:" ‖ key` and `base ‖ "rh:" ‖ key`: Redlock's waiter ranking on each node;
+//! - `base ‖ "r:" ‖ key`: the key's record (a hash of fence, value and stamp, see `records.rs`);
 //! - other kinds of lease add tags of their own through [`namespaced`].
 //!
 //! Why: a Redis Cluster hashes a key by the text between its first `{` and the first `}` after

@@ -82,6 +82,7 @@ mod kind_keys;
 mod kinds;
 pub mod node;
 mod pause;
+mod records;
 mod redlock;
 mod scripts;
 mod single;

@@ -1056,6 +1056,36 @@ return 1
 "
 );
 
+/// A record (`records.rs`): the hash `KEYS[1]` of `fence`, `value` and `stamp` (when the writer
+/// wrote it, µs on its clock: Redlock's reads take the newest of equal fences), expiring `keep` ms
+/// after its last write. ARGV: `get`; or `put`, fence, value, keep ms, stamp. `get` returns
+/// `{fence, value, stamp}`, or `{}` when there is no record. `put` writes iff no record of a higher
+/// fence is there (an equal fence is the same holder writing again) and returns `{1, fence}`, or
+/// `{0, stored fence}` when refused, changing nothing. Fences travel and are stored as decimal
+/// strings (no sign, no leading zero) and compare by length, then byte by byte, never as Lua
+/// numbers, which are exact only up to 2^53 (as in `fence_gate.rs`). A resent put (a dropped
+/// connection) finds its own fence and writes again: harmless.
+const RECORD: &str = r"
+local stored = redis.call('HGET', KEYS[1], 'fence')
+if stored and not string.match(stored, '^%d+$') then
+  return redis.error_reply('ERR leasehold record: the stored fence is not a decimal number')
+end
+if ARGV[1] == 'get' then
+  if not stored then
+    return {}
+  end
+  local value = redis.call('HGET', KEYS[1], 'value') or ''
+  return {stored, value, redis.call('HGET', KEYS[1], 'stamp') or '0'}
+end
+local fence = ARGV[2]
+if stored and (#stored > #fence or (#stored == #fence and stored > fence)) then
+  return {0, stored}
+end
+redis.call('HSET', KEYS[1], 'fence', fence, 'value', ARGV[3], 'stamp', ARGV[5])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return {1, fence}
+";
+
 pub(crate) static ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE));
 pub(crate) static RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE));
 pub(crate) static EXTEND_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND));
@@ -1101,7 +1131,9 @@ pub(crate) static REDLOCK_GATE_INIT_SCRIPT: LazyLock<Script> =
 pub(crate) static REDLOCK_GATE_REACH_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(REDLOCK_GATE_REACH));
 
-pub(crate) static ALL: [&LazyLock<Script>; 23] = [
+pub(crate) static RECORD_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RECORD));
+
+pub(crate) static ALL: [&LazyLock<Script>; 24] = [
     &SHARED_ACQUIRE_SCRIPT,
     &SHARED_SETTLE_SCRIPT,
     &RESTORE_SCRIPT,
@@ -1125,4 +1157,5 @@ pub(crate) static ALL: [&LazyLock<Script>; 23] = [
     &REDLOCK_GATE_READ_SCRIPT,
     &REDLOCK_GATE_INIT_SCRIPT,
     &REDLOCK_GATE_REACH_SCRIPT,
+    &RECORD_SCRIPT,
 ];

@@ -517,10 +517,15 @@ impl LockBackend for RedisBackend {
     fn force_release(&self, key: &Key) -> Result<bool> {
         self.kinds().force_release(key)
     }
+
+    /// Fenced hashes beside the lease's keys, routed like them (see `records.rs`).
+    fn records(&self) -> Option<&dyn leasehold_core::records::RecordStore> {
+        Some(self)
+    }
 }
 
 impl RedisBackend {
-    fn kinds(&self) -> crate::kinds::Single<'_> {
+    pub(crate) fn kinds(&self) -> crate::kinds::Single<'_> {
         crate::kinds::Single {
             topology: &self.topology,
             settings: &self.settings,

@@ -160,6 +160,7 @@ fn the_whole_contract_runs_as_the_restricted_user_who_can_touch_nothing_else() {
     conformance::run_semaphore(&|| common::client(&url));
     conformance::run_restore(&|| common::client(&url));
     conformance::run_force_release(&|| common::client(&url));
+    conformance::run_records(&|| common::client(&url));
     conformance::mutual_exclusion(&common::client(&url), 4, 50);
     // `replicas=N` (WAIT), with no replica: refused for want of acknowledgements, not for want of
     // the WAIT grant.

@@ -26,6 +26,13 @@ fn conformance_suite() {
 }
 
 #[test]
+fn records() {
+    let url = cluster().url();
+    conformance::run_records(&|| client(&url));
+    conformance::run_once(&|| client(&url));
+}
+
+#[test]
 fn restore_and_force_release() {
     let url = cluster().url();
     conformance::run_restore(&|| client(&url));

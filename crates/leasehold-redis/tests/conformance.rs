@@ -17,6 +17,14 @@ fn conformance_suite() {
 }
 
 #[test]
+fn records() {
+    let server = RedisServer::start();
+    let url = server.url();
+    conformance::run_records(&|| common::client(&url));
+    conformance::run_once(&|| common::client(&url));
+}
+
+#[test]
 fn sixteen_threads_lose_no_increment() {
     let server = RedisServer::start();
     let client = common::client(&server.url());

@@ -74,6 +74,8 @@ fn conformance_suite_on_five_nodes() {
     let nodes = servers(5);
     let url = url(&nodes, "");
     conformance::run(&|| client(&url));
+    conformance::run_records(&|| client(&url));
+    conformance::run_once(&|| client(&url));
 }
 
 #[test]

@@ -150,3 +150,23 @@ fn permit_acquire_short_of_replicas_is_unavailable_and_given_back() {
 fn exclusive_acquire_short_of_replicas_is_unavailable_and_given_back() {
     acquire_short_of_replicas_is_given_back(Kind::Exclusive);
 }
+
+/// Records wait for the replicas like leases: a put the replica acknowledged is written; one it
+/// did not acknowledge in time cannot be taken back (the previous record is gone), so it is
+/// `Unavailable`, which tells the caller the outcome is not known.
+#[test]
+fn record_puts_wait_for_the_replicas() {
+    let (master, replica) = replicated();
+    let writer = waiting_client(&master);
+    let store = writer.backend().records().expect("redis keeps records");
+    let key = leasehold_core::Key::new(unique_key("replicas-record")).unwrap();
+    assert!(store.put(&key, 1, b"acknowledged", TTL).unwrap());
+    replica.pause();
+    let unconfirmed = store.put(&key, 2, b"unconfirmed", TTL);
+    replica.resume();
+    let err = unconfirmed.expect_err("a put the replica never acknowledged cannot succeed");
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(err.to_string().contains("replicas"), "{err}");
+    // A refused put is no write: there is nothing to wait for.
+    assert!(!store.put(&key, 1, b"stale", TTL).unwrap());
+}

@@ -25,6 +25,7 @@ fn conformance_suite() {
     conformance::run_shared(&|| client(&url));
     conformance::run_semaphore(&|| client(&url));
     conformance::semaphore_limit(&client(&url), 3, 8, 50);
+    conformance::run_records(&|| client(&url));
     let backend = RedisBackend::connect(&Config::parse(&url).unwrap()).unwrap();
     let text = backend.topology();
     let master = group.servers()[0].port();

@@ -37,6 +37,9 @@ final class InMemoryBackend
     /** @var array<string, int> the last fence handed out per slot: kept after the leases end, so fences only rise */
     private array $fences = [];
 
+    /** @var array<string, array{fence: int, state: int, startedMs: int, result: string, until: float}> once records */
+    private array $records = [];
+
     public function __construct(private readonly Clock $clock = new ManualClock())
     {
     }
@@ -44,6 +47,34 @@ final class InMemoryBackend
     public function clock(): Clock
     {
         return $this->clock;
+    }
+
+    /**
+     * The once record of $key, as `Lock::onceRead()` gives it: [state (Library::ONCE_*), fence, started at (ms
+     * since the epoch), result].
+     *
+     * @return array{int, int, int, string}
+     */
+    public function onceRecord(string $key): array
+    {
+        $record = $this->records[$key] ?? null;
+        if ($record === null || $record['until'] <= $this->clock->now()) {
+            return [0, 0, 0, ''];
+        }
+        return [$record['state'], $record['fence'], $record['startedMs'], $record['result']];
+    }
+
+    /** Writes the once record of $key unless a newer fence wrote one (then the writer's lease is lost). */
+    public function onceWrite(string $key, int $fence, int $state, string $result, int $keepMs): void
+    {
+        $current = $this->records[$key] ?? null;
+        $now = $this->clock->now();
+        if ($current !== null && $current['until'] > $now && $current['fence'] > $fence) {
+            throw new LockLostException(sprintf('once-key %s: a newer holder (fence %d) recorded since',
+                Key::describe($key), $current['fence']));
+        }
+        $this->records[$key] = ['fence' => $fence, 'state' => $state, 'startedMs' => (int) round(microtime(true) * 1000),
+            'result' => $result, 'until' => $now + $keepMs / 1000];
     }
 
     /** The slot of a lock key or of a semaphore key: two namespaces. */

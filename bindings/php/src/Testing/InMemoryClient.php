@@ -11,6 +11,7 @@ use Leasehold\Exception\InvalidArgumentException;
 use Leasehold\Exception\LockLostException;
 use Leasehold\Exception\LockTimeoutException;
 use Leasehold\Key;
+use Leasehold\Once;
 use Leasehold\Seconds;
 
 /**
@@ -131,6 +132,34 @@ final class InMemoryClient implements ClientInterface
             throw $failure->withCallbackResult($result);
         }
         return $result;
+    }
+
+    /** Client::once(), with its records in the backend's memory. */
+    public function once(
+        string $key,
+        callable $fn,
+        mixed $ttl = Client::DEFAULT_TTL,
+        mixed $keepFor = 86400.0,
+        ?callable $recover = null,
+    ): mixed {
+        Key::check($key);
+        $keepMs = Seconds::toMillis($keepFor, 'keepFor');
+        $lock = $this->createLock('once:' . $key, $ttl);
+        if (!$lock->acquire($ttl)) {
+            throw Once::timedOut($key, $ttl);
+        }
+        $backend = $this->backend;
+        return Once::run(
+            $lock,
+            $key,
+            static fn (): array => $backend->onceRecord($key),
+            static function (int $state, string $result) use ($backend, $lock, $key, $keepMs): void {
+                $lock->checkpoint();
+                $backend->onceWrite($key, (int) $lock->fence(), $state, $result, $keepMs);
+            },
+            $fn,
+            $recover,
+        );
     }
 
     private static function positiveTtl(mixed $ttl): int

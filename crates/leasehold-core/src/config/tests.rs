@@ -419,3 +419,27 @@ fn mysql_password_file() {
     assert_eq!(my.password.as_ref().map(|p| p.expose()), Some("from-file"));
     assert_eq!(c.secrets(), vec!["from-file".to_owned()]);
 }
+
+#[test]
+fn lock_delay_is_a_common_parameter() {
+    assert_eq!(
+        Config::parse("file:///tmp/l").unwrap().lock_delay,
+        Duration::ZERO
+    );
+    for (url, ms) in [
+        ("file:///tmp/l?lock_delay_ms=0", 0),
+        ("redis://h?lock_delay_ms=15000", 15_000),
+        ("postgres://u@h/db?lock_delay_ms=1", 1),
+        ("mysql://u@h/db?lock=table&lock_delay_ms=600000", 600_000),
+    ] {
+        assert_eq!(
+            Config::parse(url).unwrap().lock_delay,
+            Duration::from_millis(ms),
+            "{url}"
+        );
+    }
+    for bad in ["-1", "1.5", "abc", "600001", ""] {
+        let e = err(&format!("redis://h?lock_delay_ms={bad}"));
+        assert!(e.contains("lock_delay_ms"), "{bad}: {e}");
+    }
+}

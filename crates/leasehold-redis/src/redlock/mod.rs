@@ -57,6 +57,7 @@ mod gate;
 mod kinds;
 mod node;
 mod pipeline;
+mod records;
 mod round;
 mod tally;
 mod wait;
@@ -578,6 +579,11 @@ impl LockBackend for RedlockBackend {
     /// With the holders' count and kind (`leasehold status` shows readers).
     fn inspect(&self, key: &Key) -> Result<KeyInfo> {
         self.inspect_as(key, LeaseKind::Exclusive)
+    }
+
+    /// The single-node record on every node, read and written by quorum (see `records.rs`).
+    fn records(&self) -> Option<&dyn leasehold_core::records::RecordStore> {
+        Some(self)
     }
 }
 

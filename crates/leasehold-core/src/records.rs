@@ -1,0 +1,35 @@
+//! Small records kept beside the locks, written under a lease and fenced: what `once` remembers of
+//! a key's action (started by fence F, or done with its result). A backend that can keep them
+//! returns a [`RecordStore`] from [`crate::LockBackend::records`].
+
+use crate::error::Result;
+use crate::key::Key;
+use std::time::Duration;
+
+/// The largest record value: a result is meant to say what happened (an id, a status, a short
+/// output), not to carry data.
+pub const MAX_RECORD: usize = 64 * 1024;
+
+/// The longest a record is kept: a week past its last write, like the longest TTL.
+pub const MAX_KEEP: Duration = crate::MAX_TTL;
+
+/// One record: the fence of the lease that wrote it last, and its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub fence: u64,
+    pub value: Vec<u8>,
+}
+
+/// Records by key, in a namespace of their own (a record's key never collides with a lock's).
+/// Every call is bounded by the backend's connect + I/O timeouts.
+pub trait RecordStore: Send + Sync {
+    /// The record of `key`, unless there is none or it was kept past its `keep`.
+    fn get(&self, key: &Key) -> Result<Option<Record>>;
+
+    /// Writes `value` as the record of `key`, kept for `keep` from now, **iff** no record written
+    /// with a higher fence is there (an equal fence is the same holder writing again). `Ok(false)`:
+    /// refused, a newer holder wrote since. Atomic: a reader sees the old record or the new one.
+    /// `value` is at most [`MAX_RECORD`] bytes and `keep` at most [`MAX_KEEP`] (checked by the
+    /// caller).
+    fn put(&self, key: &Key, fence: u64, value: &[u8], keep: Duration) -> Result<bool>;
+}
