@@ -78,6 +78,40 @@ typedef enum leasehold_once_state {
 } leasehold_once_state;
 
 /**
+ * Which text `leasehold_fence_gate_text` gives. The values never change.
+ */
+typedef enum leasehold_gate_text {
+    /**
+     * PostgreSQL: the table (`CREATE TABLE IF NOT EXISTS`), run once by its owner.
+     */
+    LEASEHOLD_GATE_POSTGRES_TABLE = 0,
+    /**
+     * PostgreSQL: the guard, in the writer's transaction before its writes; `$1` the resource, `$2` the fence. One row affected: accepted; none: stale, roll back.
+     */
+    LEASEHOLD_GATE_POSTGRES_GUARD = 1,
+    /**
+     * MySQL/MariaDB: the table, created outside the writers' transactions (DDL commits).
+     */
+    LEASEHOLD_GATE_MYSQL_TABLE = 2,
+    /**
+     * MySQL/MariaDB: the guard, two statements in the writer's transaction (parameters: resource, fence, fence, fence, fence, resource). The fence read back equal to yours: accepted; larger: stale, roll back.
+     */
+    LEASEHOLD_GATE_MYSQL_GUARD = 3,
+    /**
+     * SQLite: the table.
+     */
+    LEASEHOLD_GATE_SQLITE_TABLE = 4,
+    /**
+     * SQLite (3.24+): the guard, the first statement of the writer's transaction; `sqlite3_changes()` 1: accepted, 0: stale, roll back.
+     */
+    LEASEHOLD_GATE_SQLITE_GUARD = 5,
+    /**
+     * Redis: the Lua script of a fenced write (`EVAL script 1 KEY value fence`): `{1, fence}` written, `{0, stored}` refused as stale.
+     */
+    LEASEHOLD_GATE_REDIS_SCRIPT = 6,
+} leasehold_gate_text;
+
+/**
  * A connection to one backend, chosen by the URL given to `leasehold_client_open`.
  *
  * Opaque. Thread-safe: share one client between all threads of a process. Owned by the caller,
@@ -336,6 +370,16 @@ enum leasehold_status leasehold_lease_restore(const struct leasehold_client *cli
 enum leasehold_status leasehold_force_release(const struct leasehold_client *client,
                                               const char *key,
                                               size_t key_len);
+
+/**
+ * The text of one statement (or script) of the fence gate (`which`: a `leasehold_gate_text`
+ * value) for the default table
+ * `leasehold_fences`, as a NUL-terminated string that lives as long as the library (never free
+ * it); NULL for an unknown `which`. See `docs/gate.md` for what each does, and why the gate
+ * matters: a holder whose lease ran out while it was paused writes nothing once a newer holder
+ * has written. Thread-safe; makes no call.
+ */
+const char *leasehold_fence_gate_text(uint32_t which);
 
 /**
  * Releases the key if it still holds this lease's token (compare-and-delete). Does not free the

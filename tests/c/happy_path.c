@@ -143,6 +143,49 @@ static void free_client_first(const char *url) {
 
 /* The ABI check a program makes at start: this header's version passes, another major or a newer minor
  * than the library's is refused with a message naming both versions. */
+/* An action run once per key: the steps, and a second attempt that reads the recorded result. */
+static void once(const leasehold_client *client) {
+    char key[96];
+    unique_key(key, sizeof key, "once");
+    leasehold_lease *lease = NULL;
+    EXPECT(LEASEHOLD_OK, leasehold_once_lock(client, key, strlen(key), 30000, 5000, &lease));
+    leasehold_once_state state = LEASEHOLD_ONCE_DONE;
+    uint64_t fence = 0, started = 0;
+    const char *result = "unset";
+    size_t len = 99;
+    EXPECT(LEASEHOLD_OK, leasehold_once_read(lease, &state, &fence, &started, &result, &len));
+    CHECK(state == LEASEHOLD_ONCE_NONE && result == NULL && len == 0);
+    EXPECT(LEASEHOLD_OK, leasehold_once_started(lease, 60000));
+    EXPECT(LEASEHOLD_OK, leasehold_once_read(lease, &state, &fence, &started, NULL, NULL));
+    CHECK(state == LEASEHOLD_ONCE_STARTED && fence == leasehold_lease_fence(lease) && started > 0);
+    EXPECT(LEASEHOLD_OK, leasehold_once_done(lease, "charged\0ok", 10, 60000));
+    EXPECT(LEASEHOLD_OK, leasehold_lease_release(lease));
+    leasehold_lease_free(lease);
+
+    lease = NULL;
+    EXPECT(LEASEHOLD_OK, leasehold_once_lock(client, key, strlen(key), 30000, 5000, &lease));
+    EXPECT(LEASEHOLD_OK, leasehold_once_read(lease, &state, &fence, &started, &result, &len));
+    CHECK(state == LEASEHOLD_ONCE_DONE && len == 10 && memcmp(result, "charged\0ok", 10) == 0);
+    EXPECT(LEASEHOLD_INVALID_ARGUMENT, leasehold_once_done(lease, NULL, 3, 60000));
+    EXPECT(LEASEHOLD_INVALID_ARGUMENT, leasehold_once_started(lease, 0));
+    EXPECT(LEASEHOLD_OK, leasehold_lease_release(lease));
+    leasehold_lease_free(lease);
+    /* A plain lease is not a once-key's. */
+    leasehold_lease *plain = take(client, key, strlen(key), 30000);
+    EXPECT(LEASEHOLD_INVALID_ARGUMENT, leasehold_once_read(plain, &state, NULL, NULL, NULL, NULL));
+    EXPECT(LEASEHOLD_OK, leasehold_lease_release(plain));
+    leasehold_lease_free(plain);
+    EXPECT(LEASEHOLD_INVALID_ARGUMENT, leasehold_once_read(NULL, &state, NULL, NULL, NULL, NULL));
+}
+
+/* The fence gate's text, for programs that run it on their own store. */
+static void gate_text(void) {
+    const char *guard = leasehold_fence_gate_text(LEASEHOLD_GATE_POSTGRES_GUARD);
+    CHECK(guard != NULL && strstr(guard, "WHERE g.fence <= EXCLUDED.fence") != NULL);
+    CHECK(strstr(leasehold_fence_gate_text(LEASEHOLD_GATE_REDIS_SCRIPT), "HSET") != NULL);
+    CHECK(leasehold_fence_gate_text(7) == NULL);
+}
+
 static void abi_check(void) {
     CHECK(leasehold_abi_version() == LEASEHOLD_ABI_VERSION);
     EXPECT(LEASEHOLD_OK, leasehold_abi_check(LEASEHOLD_ABI_VERSION));
@@ -165,6 +208,8 @@ int main(void) {
     waiting_for_expiry(client);
     release_after_expiry(client);
     binary_keys(client);
+    once(client);
+    gate_text();
     leasehold_client_free(client);
     free_client_first(url);
     printf("happy_path: ok (%s)\n", leasehold_version());

@@ -11,6 +11,7 @@
 mod abi;
 mod boundary;
 mod client;
+mod gate;
 mod handle;
 mod last_error;
 mod lease;
