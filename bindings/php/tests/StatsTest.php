@@ -59,7 +59,7 @@ final class StatsTest extends LeaseholdTestCase
             'retries' => 0,
         ], $counters);
         self::assertSame(['not_acquired' => 0, 'lost' => 0, 'unavailable' => 0, 'invalid_argument' => 0,
-            'internal' => 0], $stats['errors']);
+            'internal' => 0, 'interrupted' => 0, 'stale_fence' => 0, 'incomplete_attempt' => 0], $stats['errors']);
         self::assertSame(3, $stats['wait_seconds']['count']);
         self::assertSame(1, $stats['hold_seconds']['count']);
         self::assertSame(6, $stats['round_trip_seconds']['count'], '3 attempts, 2 releases, 1 extend');

@@ -401,7 +401,8 @@ counters = ["acquire_attempts", "acquired", "not_acquired", "releases_ok", "rele
             "retries"]
 assert all(isinstance(s[c], int) for c in counters), s
 assert (s["acquired"], s["not_acquired"], s["releases_lost"], s["releases_ok"]) == (2, 1, 1, 1), s
-assert set(s["errors"]) == {"not_acquired", "lost", "unavailable", "invalid_argument", "internal"}
+assert set(s["errors"]) == {"not_acquired", "lost", "unavailable", "invalid_argument", "internal",
+                          "interrupted", "stale_fence", "incomplete_attempt"}
 for h in ("wait_seconds", "hold_seconds", "round_trip_seconds"):
     b = s[h]["buckets"]
     assert b[-1] == ["+Inf", s[h]["count"]], b
