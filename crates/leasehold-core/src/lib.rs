@@ -13,6 +13,7 @@ pub mod config;
 pub mod deadline;
 mod error;
 pub mod fork;
+pub mod gate;
 pub mod interrupt;
 mod keepalive;
 mod key;

@@ -25,6 +25,8 @@
 //! writers of one resource both get one, and their inserts then deadlock. Inserting first, the
 //! second writer simply waits for the first one's row.
 
+use leasehold_core::gate::{check_resource, is_identifier, sql_fence};
+pub use leasehold_core::gate::{GateError, MAX_RESOURCE_LEN};
 use leasehold_core::Error;
 use mysql::prelude::Queryable;
 use mysql::Transaction;
@@ -32,34 +34,8 @@ use mysql::Transaction;
 /// The gate's table when none is named.
 pub const DEFAULT_TABLE: &str = "leasehold_fences";
 
-/// The longest resource name, in bytes (the `VARBINARY(1024)` primary key).
-pub const MAX_RESOURCE_LEN: usize = 1024;
-
 /// The longest identifier MySQL and MariaDB accept.
 const MAX_IDENTIFIER_LEN: usize = 64;
-
-/// Why [`FenceGate::guard`] did not let a write through.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum GateError {
-    /// A newer fence was already accepted for this resource: the caller's lease is stale, and its
-    /// transaction must not commit.
-    #[error("stale fence for {resource:?}: {fence} is older than {stored}, already accepted")]
-    Stale {
-        resource: String,
-        fence: u64,
-        stored: u64,
-    },
-    /// Bad input (`InvalidArgument`) or a database error (`Unavailable`, with the server's code).
-    #[error(transparent)]
-    Backend(#[from] Error),
-}
-
-impl GateError {
-    pub fn is_stale(&self) -> bool {
-        matches!(self, GateError::Stale { .. })
-    }
-}
 
 /// The gate over one table. Cheap to clone; holds no connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,7 +58,7 @@ impl FenceGate {
     /// name goes into SQL text, so only names that cannot change a statement are accepted.
     pub fn new(table: &str) -> leasehold_core::Result<FenceGate> {
         let parts: Vec<&str> = table.split('.').collect();
-        if parts.len() > 2 || !parts.iter().all(|p| is_identifier(p)) {
+        if parts.len() > 2 || !parts.iter().all(|p| is_identifier(p, MAX_IDENTIFIER_LEN)) {
             return Err(Error::invalid(format!(
                 "fence gate table {table:?}: expected an SQL identifier ([A-Za-z_][A-Za-z0-9_]*, \
                  at most {MAX_IDENTIFIER_LEN} bytes), optionally as database.table"
@@ -135,8 +111,8 @@ impl FenceGate {
         resource: &str,
         fence: u64,
     ) -> Result<(), GateError> {
-        check_resource(resource)?;
-        let f = check_fence(fence)?;
+        check_resource(resource.as_bytes())?;
+        let f = sql_fence(fence)?;
         // `updated_at` first: assignments run left to right and see the values already set.
         let upsert = format!(
             "INSERT INTO {} (resource, fence) VALUES (?, ?) ON DUPLICATE KEY UPDATE \
@@ -178,48 +154,10 @@ impl FenceGate {
     }
 }
 
-fn is_identifier(s: &str) -> bool {
-    let mut bytes = s.bytes();
-    matches!(bytes.next(), Some(b'a'..=b'z' | b'A'..=b'Z' | b'_'))
-        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
-        && s.len() <= MAX_IDENTIFIER_LEN
-}
-
-fn check_resource(resource: &str) -> Result<(), GateError> {
-    // NUL would fit VARBINARY, but not the PostgreSQL twin's text: one rule for both.
-    if resource.is_empty() || resource.len() > MAX_RESOURCE_LEN || resource.contains('\0') {
-        return Err(Error::invalid(format!(
-            "fence gate: a resource must be 1 to {MAX_RESOURCE_LEN} bytes without NUL (got {} bytes)",
-            resource.len()
-        ))
-        .into());
-    }
-    Ok(())
-}
-
-fn check_fence(fence: u64) -> Result<i64, GateError> {
-    match i64::try_from(fence) {
-        Ok(f) if f > 0 => Ok(f),
-        _ => Err(Error::invalid(format!(
-            "fence gate: fence {fence} is outside 1..={} (0 is no lease's fence; the column is a \
-             BIGINT)",
-            i64::MAX
-        ))
-        .into()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use leasehold_core::ErrorKind;
-
-    fn kind(e: GateError) -> ErrorKind {
-        match e {
-            GateError::Backend(e) => e.kind(),
-            other => panic!("not a backend error: {other}"),
-        }
-    }
 
     #[test]
     fn table_names_are_identifiers_optionally_qualified() {
@@ -242,24 +180,6 @@ mod tests {
         ] {
             let e = FenceGate::new(bad).expect_err(bad);
             assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn resources_and_fences_are_checked_before_any_sql() {
-        assert!(check_resource(&"r".repeat(MAX_RESOURCE_LEN)).is_ok());
-        for bad in ["", "a\0b", &"r".repeat(MAX_RESOURCE_LEN + 1)] {
-            assert_eq!(
-                kind(check_resource(bad).unwrap_err()),
-                ErrorKind::InvalidArgument
-            );
-        }
-        assert_eq!(check_fence(i64::MAX as u64).unwrap(), i64::MAX);
-        for bad in [0, i64::MAX as u64 + 1, u64::MAX] {
-            assert_eq!(
-                kind(check_fence(bad).unwrap_err()),
-                ErrorKind::InvalidArgument
-            );
         }
     }
 }

@@ -17,6 +17,8 @@
 //! What it does not do: it orders writes that go through it, nothing else; a write that skips the
 //! gate, or goes to another database, is not protected. See docs/gate.md.
 
+use leasehold_core::gate::{check_resource, is_identifier, sql_fence};
+pub use leasehold_core::gate::{GateError, MAX_RESOURCE_LEN};
 use leasehold_core::Error;
 use postgres::types::Type;
 use postgres::{GenericClient, Transaction};
@@ -24,35 +26,9 @@ use postgres::{GenericClient, Transaction};
 /// The gate's table when none is named.
 pub const DEFAULT_TABLE: &str = "leasehold_fences";
 
-/// The longest resource name, in bytes: a primary key that always fits a btree index entry.
-pub const MAX_RESOURCE_LEN: usize = 1024;
-
 /// The longest identifier PostgreSQL keeps (`NAMEDATALEN - 1`); longer ones would be truncated
 /// silently, so two different names could mean one table.
 const MAX_IDENTIFIER_LEN: usize = 63;
-
-/// Why [`FenceGate::guard`] did not let a write through.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum GateError {
-    /// A newer fence was already accepted for this resource: the caller's lease is stale, and its
-    /// transaction must not commit.
-    #[error("stale fence for {resource:?}: {fence} is older than {stored}, already accepted")]
-    Stale {
-        resource: String,
-        fence: u64,
-        stored: u64,
-    },
-    /// Bad input (`InvalidArgument`) or a database error (`Unavailable`, with its SQLSTATE).
-    #[error(transparent)]
-    Backend(#[from] Error),
-}
-
-impl GateError {
-    pub fn is_stale(&self) -> bool {
-        matches!(self, GateError::Stale { .. })
-    }
-}
 
 /// The gate over one table. Cheap to clone; holds no connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,8 +99,8 @@ impl FenceGate {
         resource: &str,
         fence: u64,
     ) -> Result<(), GateError> {
-        check_resource(resource)?;
-        let fence_param = check_fence(fence)?;
+        check_resource(resource.as_bytes())?;
+        let fence_param = sql_fence(fence)?;
         // One round trip when the write is let through (the common case): typed parameters need
         // no separate Parse, and nothing is left prepared on the session (PgBouncer-safe).
         let upsert = format!(
@@ -187,7 +163,7 @@ const CREATED_MEANWHILE: [&str; 3] = ["23505", "42P07", "42710"];
 /// `table`, each part validated and double-quoted.
 fn quote_table(table: &str) -> leasehold_core::Result<String> {
     let parts: Vec<&str> = table.split('.').collect();
-    if parts.len() > 2 || !parts.iter().all(|p| is_identifier(p)) {
+    if parts.len() > 2 || !parts.iter().all(|p| is_identifier(p, MAX_IDENTIFIER_LEN)) {
         return Err(Error::invalid(format!(
             "fence gate table {table:?}: expected an SQL identifier ([A-Za-z_][A-Za-z0-9_]*, at \
              most {MAX_IDENTIFIER_LEN} bytes), optionally as schema.table"
@@ -200,47 +176,10 @@ fn quote_table(table: &str) -> leasehold_core::Result<String> {
         .join("."))
 }
 
-fn is_identifier(s: &str) -> bool {
-    let mut bytes = s.bytes();
-    matches!(bytes.next(), Some(b'a'..=b'z' | b'A'..=b'Z' | b'_'))
-        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
-        && s.len() <= MAX_IDENTIFIER_LEN
-}
-
-fn check_resource(resource: &str) -> Result<(), GateError> {
-    if resource.is_empty() || resource.len() > MAX_RESOURCE_LEN || resource.contains('\0') {
-        return Err(Error::invalid(format!(
-            "fence gate: a resource must be 1 to {MAX_RESOURCE_LEN} bytes without NUL (got {} bytes)",
-            resource.len()
-        ))
-        .into());
-    }
-    Ok(())
-}
-
-fn check_fence(fence: u64) -> Result<i64, GateError> {
-    match i64::try_from(fence) {
-        Ok(f) if f > 0 => Ok(f),
-        _ => Err(Error::invalid(format!(
-            "fence gate: fence {fence} is outside 1..={} (0 is no lease's fence; the column is a \
-             bigint)",
-            i64::MAX
-        ))
-        .into()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use leasehold_core::ErrorKind;
-
-    fn kind(e: GateError) -> ErrorKind {
-        match e {
-            GateError::Backend(e) => e.kind(),
-            other => panic!("not a backend error: {other}"),
-        }
-    }
 
     #[test]
     fn table_names_are_identifiers_optionally_schema_qualified() {
@@ -268,39 +207,5 @@ mod tests {
             let e = FenceGate::new(bad).expect_err(bad);
             assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{bad:?}");
         }
-    }
-
-    #[test]
-    fn resources_and_fences_are_checked_before_any_sql() {
-        assert!(check_resource("r").is_ok());
-        assert!(check_resource(&"r".repeat(MAX_RESOURCE_LEN)).is_ok());
-        for bad in ["", "a\0b", &"r".repeat(MAX_RESOURCE_LEN + 1)] {
-            assert_eq!(
-                kind(check_resource(bad).unwrap_err()),
-                ErrorKind::InvalidArgument
-            );
-        }
-        assert_eq!(check_fence(1).unwrap(), 1);
-        assert_eq!(check_fence(i64::MAX as u64).unwrap(), i64::MAX);
-        for bad in [0, i64::MAX as u64 + 1, u64::MAX] {
-            assert_eq!(
-                kind(check_fence(bad).unwrap_err()),
-                ErrorKind::InvalidArgument
-            );
-        }
-    }
-
-    #[test]
-    fn a_stale_refusal_names_both_fences() {
-        let e = GateError::Stale {
-            resource: "report".into(),
-            fence: 4,
-            stored: 5,
-        };
-        assert!(e.is_stale());
-        assert_eq!(
-            e.to_string(),
-            "stale fence for \"report\": 4 is older than 5, already accepted"
-        );
     }
 }

@@ -13,6 +13,8 @@
 //! numbers: those are doubles, exact only up to 2^53, and the gate takes any `u64`.
 
 use crate::errors;
+/// A stale fence, bad input, an unreachable server or a hash the gate did not write (`Internal`).
+pub use leasehold_core::gate::GateError;
 use leasehold_core::Error;
 use redis::{ConnectionLike, Script};
 use std::sync::LazyLock;
@@ -49,31 +51,6 @@ pub struct Fenced {
     pub value: Vec<u8>,
     /// The highest fence accepted so far: the fence of the write that set `value`.
     pub fence: u64,
-}
-
-/// Why [`set_fenced`] (or [`get_fenced`]) did not succeed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum GateError {
-    /// A newer fence was already accepted for this key: the caller's lease is stale. Nothing was
-    /// written.
-    #[error("stale fence for {resource:?}: {fence} is older than {stored}, already accepted")]
-    Stale {
-        /// The key (lossily as UTF-8 when it is not).
-        resource: String,
-        fence: u64,
-        stored: u64,
-    },
-    /// Bad input (`InvalidArgument`), an unreachable server (`Unavailable`), or a hash the gate
-    /// did not write (`Internal`).
-    #[error(transparent)]
-    Backend(#[from] Error),
-}
-
-impl GateError {
-    pub fn is_stale(&self) -> bool {
-        matches!(self, GateError::Stale { .. })
-    }
 }
 
 /// Stores `value` with `fence` in the hash `key` iff `fence` is at least the stored fence, in one

@@ -1,0 +1,102 @@
+//! What every fence gate shares (PostgreSQL's, MySQL's, Redis's; see `docs/gate.md`): its error,
+//! and the rules for a resource name and an SQL table name.
+
+use crate::error::Error;
+
+/// The longest resource name, in bytes: a primary key that always fits an index entry.
+pub const MAX_RESOURCE_LEN: usize = 1024;
+
+/// Why a gate did not let a write through.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GateError {
+    /// A newer fence was already accepted for this resource: the caller's lease is stale, and its
+    /// write must not happen (its transaction must not commit).
+    #[error("stale fence for {resource:?}: {fence} is older than {stored}, already accepted")]
+    Stale {
+        resource: String,
+        fence: u64,
+        stored: u64,
+    },
+    /// Bad input (`InvalidArgument`) or a store error (`Unavailable`, with the store's own code).
+    #[error(transparent)]
+    Backend(#[from] Error),
+}
+
+impl GateError {
+    pub fn is_stale(&self) -> bool {
+        matches!(self, GateError::Stale { .. })
+    }
+}
+
+/// The one error type's view: a stale fence is [`Error::StaleFence`] (status 7).
+impl From<GateError> for Error {
+    fn from(e: GateError) -> Error {
+        match e {
+            GateError::Stale { .. } => Error::StaleFence(e.to_string()),
+            GateError::Backend(e) => e,
+        }
+    }
+}
+
+/// A resource is 1 to [`MAX_RESOURCE_LEN`] bytes without NUL (NUL fits some stores, not
+/// PostgreSQL's text: one rule for every gate).
+pub fn check_resource(resource: &[u8]) -> Result<(), GateError> {
+    if resource.is_empty() || resource.len() > MAX_RESOURCE_LEN || resource.contains(&0) {
+        return Err(Error::invalid(format!(
+            "fence gate: a resource must be 1 to {MAX_RESOURCE_LEN} bytes without NUL (got {} bytes)",
+            resource.len()
+        ))
+        .into());
+    }
+    Ok(())
+}
+
+/// Whether `s` is a plain SQL identifier (`[A-Za-z_][A-Za-z0-9_]*`) of at most `max` bytes: a
+/// table name that goes into SQL text must not be able to change the statement.
+pub fn is_identifier(s: &str, max: usize) -> bool {
+    let mut bytes = s.bytes();
+    matches!(bytes.next(), Some(b'a'..=b'z' | b'A'..=b'Z' | b'_'))
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && s.len() <= max
+}
+
+/// A fence for an SQL gate's `BIGINT` column: 1 to `i64::MAX` (0 is no lease's fence; every
+/// Leasehold backend's fences fit).
+pub fn sql_fence(fence: u64) -> Result<i64, GateError> {
+    match i64::try_from(fence) {
+        Ok(f) if f > 0 => Ok(f),
+        _ => Err(Error::invalid(format!(
+            "fence gate: fence {fence} is outside 1..={} (0 is no lease's fence; the column is a \
+             BIGINT)",
+            i64::MAX
+        ))
+        .into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_rules() {
+        assert!(check_resource(b"order:42").is_ok());
+        assert!(check_resource(&[b'r'; MAX_RESOURCE_LEN]).is_ok());
+        for bad in [&b""[..], &[b'r'; MAX_RESOURCE_LEN + 1], b"a\0b"] {
+            assert!(check_resource(bad).is_err());
+        }
+        assert!(is_identifier("leasehold_fences", 63));
+        assert!(!is_identifier("1abc", 63) && !is_identifier("a-b", 63) && !is_identifier("", 63));
+        assert!(!is_identifier(&"t".repeat(64), 63));
+        assert_eq!(sql_fence(7).unwrap(), 7);
+        assert!(sql_fence(0).is_err() && sql_fence(u64::MAX).is_err());
+        let stale = GateError::Stale {
+            resource: "r".into(),
+            fence: 4,
+            stored: 5,
+        };
+        assert!(stale.is_stale());
+        assert_eq!(Error::from(stale).kind(), crate::ErrorKind::StaleFence);
+    }
+}
