@@ -11,7 +11,7 @@ mod records;
 mod restore;
 pub mod stopped;
 
-pub use kinds::{run_semaphore, run_shared, semaphore_limit};
+pub use kinds::{run_semaphore, run_semaphore_size, run_shared, semaphore_limit};
 pub use once::run_once;
 pub use records::run_records;
 pub use restore::{run_force_release, run_restore, run_restore_refused};

@@ -323,6 +323,17 @@ pub fn refused(key: &Key, kind: LeaseKind) -> Error {
     }
 }
 
+/// The `InvalidArgument` of a permit acquire whose `asked` size differs from the `held` size the
+/// semaphore's live holders were granted under. Every holder of a semaphore must ask for the same
+/// number; a new size may be used once every holder is gone (released or expired). This error ends
+/// a wait at once, like every error other than `NotAcquired`.
+pub fn other_size(key: &Key, held: u32, asked: u32) -> Error {
+    Error::InvalidArgument(format!(
+        "semaphore \"{key}\" is held with {held} permits; this acquire asked for {asked} \
+         — every holder of a semaphore must ask for the same number"
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -99,6 +99,16 @@ impl LockBackend for Memory {
     fn try_acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl) -> Result<RawLease> {
         let token = Token::generate()?;
         self.with(key, kind, |r, now| {
+            // Every holder of a semaphore asks for the same size.
+            if let LeaseKind::Permit(p) = kind {
+                let held = r.holders.values().find_map(|(k, _)| match k {
+                    LeaseKind::Permit(h) if *h != p => Some(h.get()),
+                    _ => None,
+                });
+                if let Some(held) = held {
+                    return Err(wait::other_size(key, held, p.get()));
+                }
+            }
             if !r.admits(kind) {
                 return Err(wait::held_elsewhere(key));
             }
@@ -192,6 +202,7 @@ fn the_suite_passes_on_a_correct_backend() {
     conformance::run_force_release(&new_client);
     conformance::run_shared(&new_client);
     conformance::run_semaphore(&new_client);
+    conformance::run_semaphore_size(&new_client);
     conformance::mutual_exclusion(&Client::from_arc(shared.clone()), 8, 200);
     conformance::semaphore_limit(&Client::from_arc(shared.clone()), 3, 8, 100);
 }

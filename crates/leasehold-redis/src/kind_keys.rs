@@ -11,7 +11,10 @@
 //!   `{prefix}pf:{key}` its fence counter, `{prefix}pq:{key}` and `{prefix}ph:{key}` its waiters'
 //!   queue and heartbeats (single node); on Redlock nodes `{prefix}pn:{key}` (slot → token) and
 //!   `{prefix}pt:{key}` (token → slot) number the permits (see `redlock/kinds.rs`), and
-//!   `{prefix}px:{key}` sorts the taken slots, to find the lowest free one by rank.
+//!   `{prefix}px:{key}` sorts the taken slots, to find the lowest free one by rank;
+//!   `{prefix}pz:{key}` keeps the size (`permits`) the live holders were granted under, set with
+//!   each grant and expiring with the holders' key, so that another size is refused while they
+//!   live.
 
 use crate::keys::{namespaced, RedisKeys};
 use crate::scripts::{FORCE_RELEASE_SCRIPT, RESTORE_SCRIPT, SHARED_SETTLE_SCRIPT};
@@ -95,6 +98,8 @@ pub(crate) struct PermitKeys {
     pub(crate) fence: Vec<u8>,
     pub(crate) queue: Vec<u8>,
     pub(crate) heartbeats: Vec<u8>,
+    /// The size (`permits`) the live holders were granted under; expires with the holders.
+    pub(crate) size: Vec<u8>,
     pub(crate) slots: Vec<u8>,
     pub(crate) slot_of: Vec<u8>,
     /// Redlock: the taken slots, sorted, to find the lowest free one by rank.
@@ -111,6 +116,7 @@ impl PermitKeys {
             fence: make(b"pf:"),
             queue: make(b"pq:"),
             heartbeats: make(b"ph:"),
+            size: make(b"pz:"),
             slots: make(b"pn:"),
             slot_of: make(b"pt:"),
             taken: make(b"px:"),
@@ -139,6 +145,7 @@ mod tests {
             p.fence,
             p.queue,
             p.heartbeats,
+            p.size,
             p.slots,
             p.slot_of,
             p.taken,

@@ -28,7 +28,7 @@ use crate::scripts::{
 };
 use crate::topology::Topology;
 use crate::wire::Wire;
-use leasehold_core::wait::{held_elsewhere, Turn, Waiter, Wake, Woken};
+use leasehold_core::wait::{held_elsewhere, other_size, Turn, Waiter, Wake, Woken};
 use leasehold_core::{Deadline, Error, Key, KeyInfo, LeaseKind, RawLease, Result, Token, Ttl};
 use redis::{RedisResult, Script};
 use std::time::{Duration, Instant};
@@ -139,6 +139,10 @@ fn step(name: &str, taken: i64, value: i64) -> Result<Step> {
     })
 }
 
+/// The first reply of a permit acquire script refused for another size than the semaphore's live
+/// holders were granted under; the second is that size.
+pub(crate) const SIZE_REFUSED: i64 = -4;
+
 pub(crate) fn lost(key: &Key, kind: LeaseKind) -> Error {
     Error::Lost(format!(
         "key \"{key}\" no longer holds this {} lease's token (it expired, or was force-released)",
@@ -210,6 +214,7 @@ impl<'a> Single<'a> {
                     &k.holders,
                     &k.queue,
                     &k.heartbeats,
+                    &k.size,
                 ]);
                 (k.base, call)
             }
@@ -299,7 +304,7 @@ impl<'a> Single<'a> {
             }
             LeaseKind::Permit(permits) => {
                 let k = PermitKeys::new(self.prefix, key);
-                let keys = [&k.holders, &k.fence, &k.queue, &k.heartbeats];
+                let keys = [&k.holders, &k.fence, &k.queue, &k.heartbeats, &k.size];
                 let acquire = Acquire {
                     script: &PERMIT_ACQUIRE_SCRIPT,
                     kind,
@@ -349,6 +354,12 @@ impl<'a> Single<'a> {
             }
             let ((taken, value), acked): ((i64, i64), _) =
                 node.confirmed("acquire", deadline, via, &call)?;
+            if taken == SIZE_REFUSED {
+                // Held under another size: refused (and not queued).
+                let held = u32::try_from(value).unwrap_or(0);
+                let asked = acquire.permits.unwrap_or(0);
+                return Err(Failure::from_error(other_size(acquire.key, held, asked)));
+            }
             let step = step(node.name(), taken, value).map_err(Failure::from_error)?;
             if let (Step::Granted(_), Some(acked)) = (&step, node.short_of_replicas(acked)) {
                 let given_back =

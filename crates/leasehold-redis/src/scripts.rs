@@ -709,27 +709,41 @@ return {pttl, fence, waiters, 0, 0}
 "
 );
 
-/// KEYS: holders, fence, queue, heartbeats. ARGV: token, ttl ms, mode, waiter ttl ms, signal
+/// KEYS: holders, fence, queue, heartbeats, size. ARGV: token, ttl ms, mode, waiter ttl ms, signal
 /// prefix, signal suffix, signal ttl ms, fence retention ms, permits.
 ///
 /// A permit when fewer than `permits` (the caller's own) unexpired holders remain and nobody is
 /// queued ahead; expired holders (by the server's clock) are dropped first. Replies as
 /// [`ACQUIRE`], except that a full semaphore reports the time until its first permit expires.
-/// A head granted with permits still free wakes the next head.
+/// A head granted with permits still free wakes the next head. The size key keeps the `permits`
+/// the live holders were granted under (set with each grant, expiring with the holders' key):
+/// while holders live, another size is refused with `{-4, size}` (not queued). A size key missing
+/// beside live holders (granted by an older version) lets any size in and takes its size.
 const PERMIT_ACQUIRE: &str = with_share_helpers!(
     r"
-local s, f, q, h = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local s, f, q, h, z = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local token, ttl, mode, permits = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[9])
 local us, now = clock()
 redis.call('ZREMRANGEBYSCORE', s, '-inf', now)
+local count = redis.call('ZCARD', s)
+if count > 0 then
+  local size = tonumber(redis.call('GET', z) or '0')
+  if size > 0 and size ~= permits then
+    if redis.call('ZSCORE', q, token) then
+      redis.call('ZREM', q, token)
+      redis.call('HDEL', h, token)
+    end
+    return {-4, size}
+  end
+end
 if redis.call('ZSCORE', s, token) then
   redis.call('ZADD', s, now + ttl, token)
   if redis.call('PTTL', s) < ttl then
     redis.call('PEXPIRE', s, ttl)
   end
+  redis.call('SET', z, permits, 'PX', redis.call('PTTL', s))
   return {1, fence_at(f, us, 1, ARGV[8])}
 end
-local count = redis.call('ZCARD', s)
 local head = nil
 if redis.call('EXISTS', q) == 1 then
   head = live_head(q, h, now)
@@ -740,6 +754,7 @@ if count < permits then
     if redis.call('PTTL', s) < ttl then
       redis.call('PEXPIRE', s, ttl)
     end
+    redis.call('SET', z, permits, 'PX', redis.call('PTTL', s))
     if head then
       redis.call('ZREM', q, token)
       redis.call('HDEL', h, token)
@@ -761,12 +776,13 @@ return {0, -3}
 "
 );
 
-/// KEYS: holders, queue, heartbeats. ARGV: token, ttl ms (`0`: release), signal prefix, signal
-/// suffix, signal ttl ms. Release or extend one permit while it is unexpired (1), else 0. A
-/// release, or an extend that brings the permit's expiry forward, wakes the queue's head.
+/// KEYS: holders, queue, heartbeats, size. ARGV: token, ttl ms (`0`: release), signal prefix,
+/// signal suffix, signal ttl ms. Release or extend one permit while it is unexpired (1), else 0. A
+/// release, or an extend that brings the permit's expiry forward, wakes the queue's head. The size
+/// key lives as long as the holders' key, and goes with the last holder's release.
 const PERMIT_SETTLE: &str = with_helpers!(
     r"
-local s, q, h = KEYS[1], KEYS[2], KEYS[3]
+local s, q, h, z = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, ttl = ARGV[1], tonumber(ARGV[2])
 local now = now_ms()
 local exp = tonumber(redis.call('ZSCORE', s, token) or '0')
@@ -779,6 +795,9 @@ if ttl > 0 then
   if redis.call('PTTL', s) < ttl then
     redis.call('PEXPIRE', s, ttl)
   end
+  if redis.call('EXISTS', z) == 1 then
+    redis.call('PEXPIRE', z, redis.call('PTTL', s))
+  end
 end
 if (ttl == 0 or now + ttl < exp) and redis.call('EXISTS', q) == 1 then
   if ttl == 0 then
@@ -790,6 +809,9 @@ if (ttl == 0 or now + ttl < exp) and redis.call('EXISTS', q) == 1 then
   end
 elseif ttl == 0 then
   redis.call('ZREM', s, token)
+end
+if ttl == 0 and redis.call('EXISTS', s) == 0 then
+  redis.call('DEL', z)
 end
 return 1
 "
@@ -866,9 +888,13 @@ return {1, fence}
 
 /// Redlock's permit acquire on one node. KEYS: slots (slot → token), slot of (token → slot),
 /// expiries (token → server ms), fence, the node's stamp, taken slots (a sorted set, each slot
-/// scored by its number). ARGV: token, ttl ms, permits, slot hint (`-1`: none), fence granule µs,
-/// fence retention ms. Returns `{1, fence, slot}` or `{0, ms until the first expiry or -3, -1}`;
-/// `{-1, -1, -1}` or `{0, ms, -1}` from the node's gate (see [`REDLOCK_ACQUIRE`]).
+/// scored by its number), size (the `permits` the live holders were granted under). ARGV: token,
+/// ttl ms, permits, slot hint (`-1`: none), fence granule µs, fence retention ms. Returns
+/// `{1, fence, slot}` or `{0, ms until the first expiry or -3, -1}`; `{-1, -1, -1}` or
+/// `{0, ms, -1}` from the node's gate (see [`REDLOCK_ACQUIRE`]); `{-4, size, -1}` while live
+/// holders were granted under another size than `permits` (a size key missing beside live
+/// holders, granted by an older version, lets any size in and takes its size). The size key is set
+/// with each grant and expires with the holders' keys.
 ///
 /// Permits are numbered slots `0 .. permits-1`, each one a mutex, so that a quorum of nodes
 /// granting the same slot bounds the holders to `permits` (see `redlock/kinds.rs`). Without a
@@ -907,6 +933,13 @@ end
 if #gone > 0 then
   redis.call('ZREMRANGEBYSCORE', E, '-inf', now)
 end
+local Z = KEYS[7]
+if redis.call('HLEN', S) > 0 then
+  local size = tonumber(redis.call('GET', Z) or '0')
+  if size > 0 and size ~= permits then
+    return {-4, size, -1}
+  end
+end
 local function rebuild()
   redis.call('DEL', X)
   local held = redis.call('HKEYS', S)
@@ -933,6 +966,7 @@ local function stretch()
       redis.call('PEXPIRE', k, ttl)
     end
   end
+  redis.call('SET', Z, permits, 'PX', redis.call('PTTL', E))
 end
 local mine = redis.call('HGET', T, token)
 if mine then
@@ -974,13 +1008,13 @@ return {1, fence_at(F, us, tonumber(ARGV[5]), ARGV[6]), slot}
 "
 );
 
-/// KEYS: slots, slot of, expiries, taken slots. ARGV: token, ttl ms (`0`: release). Release or extend a
+/// KEYS: slots, slot of, expiries, taken slots, size. ARGV: token, ttl ms (`0`: release). Release or extend a
 /// Redlock permit on one node while it is unexpired, else 0; a release frees the slot even if
 /// expired. A release answers 1, an extend the slot the node holds the token in, plus 1: a
 /// permit is a quorum of nodes holding the same slot, so the client counts an extend by slot.
 const REDLOCK_PERMIT_SETTLE: &str = with_helpers!(
     r"
-local S, T, E, X = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local S, T, E, X, Z = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local token, ttl = ARGV[1], tonumber(ARGV[2])
 local slot = redis.call('HGET', T, token)
 if not slot then
@@ -996,6 +1030,9 @@ if ttl > 0 and live then
       redis.call('PEXPIRE', k, ttl)
     end
   end
+  if redis.call('EXISTS', Z) == 1 then
+    redis.call('PEXPIRE', Z, redis.call('PTTL', E))
+  end
   return tonumber(slot) + 1
 end
 if ttl == 0 or not live then
@@ -1005,6 +1042,9 @@ if ttl == 0 or not live then
   end
   redis.call('HDEL', T, token)
   redis.call('ZREM', E, token)
+  if redis.call('HLEN', S) == 0 then
+    redis.call('DEL', Z)
+  end
 end
 if live then
   return 1

@@ -49,6 +49,7 @@ fn shared_locks() {
 fn semaphores() {
     let url = cluster().url();
     conformance::run_semaphore(&|| client(&url));
+    conformance::run_semaphore_size(&|| client(&url));
     let start = std::time::Instant::now();
     conformance::semaphore_limit(&client(&url), 3, 8, 50);
     eprintln!(

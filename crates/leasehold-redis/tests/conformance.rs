@@ -53,6 +53,7 @@ fn semaphores() {
     let server = RedisServer::start();
     let url = server.url();
     conformance::run_semaphore(&|| common::client(&url));
+    conformance::run_semaphore_size(&|| common::client(&url));
     let start = Instant::now();
     conformance::semaphore_limit(&common::client(&url), 3, 8, 50);
     eprintln!(
@@ -91,6 +92,7 @@ fn redlock_semaphores() {
     let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let url = redlock_url(&nodes);
     conformance::run_semaphore(&|| redlock_client(&url));
+    conformance::run_semaphore_size(&|| redlock_client(&url));
     let start = Instant::now();
     conformance::semaphore_limit(&redlock_client(&url), 3, 8, 50);
     eprintln!(

@@ -43,6 +43,17 @@ pub fn run_semaphore(new_client: &dyn Fn() -> Client) {
     run_checks(&new_client(), &new_client(), checks);
 }
 
+/// One size per semaphore: while it has holders, an acquire with another `permits` is
+/// `InvalidArgument`. Run by the backends that store the size with the holders (Redis and its
+/// topologies, Redlock); local files, PostgreSQL and MySQL do not yet.
+pub fn run_semaphore_size(new_client: &dyn Fn() -> Client) {
+    let checks: &[Check] = &[(
+        "a_semaphore_refuses_another_size_while_held",
+        a_semaphore_refuses_another_size_while_held,
+    )];
+    run_checks(&new_client(), &new_client(), checks);
+}
+
 fn interrupt_ends_a_shared_wait(a: &Client, b: &Client) {
     // A shared wait behind an exclusive holder.
     super::interrupt_wait_of(
@@ -308,6 +319,59 @@ fn bad_permits_are_rejected(a: &Client, _: &Client) {
     }
     a.try_acquire_permit(&k, crate::MAX_PERMITS, LONG)
         .expect("the largest semaphore")
+        .release()
+        .unwrap();
+}
+
+fn a_semaphore_refuses_another_size_while_held(a: &Client, b: &Client) {
+    let k = key("sem-size");
+    let first = a.try_acquire_permit(&k, 3, LONG).unwrap();
+    match b.try_acquire_permit(&k, 5, LONG) {
+        Err(crate::Error::InvalidArgument(m)) => {
+            assert!(m.contains('3') && m.contains('5'), "names both sizes: {m}")
+        }
+        other => panic!("another size while held: {other:?}"),
+    }
+    let start = Instant::now();
+    assert_eq!(
+        kind(b.acquire_permit(&k, 5, LONG, Duration::from_secs(2))),
+        ErrorKind::InvalidArgument,
+        "a waiting acquire of another size"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "refused at the first attempt, not at the wait's end: {:?}",
+        start.elapsed()
+    );
+    let second = b
+        .try_acquire_permit(&k, 3, LONG)
+        .expect("the same size still works");
+    first.release().unwrap();
+    assert_eq!(
+        kind(a.try_acquire_permit(&k, 5, LONG)),
+        ErrorKind::InvalidArgument,
+        "one holder left is enough to keep the size"
+    );
+    second.release().unwrap();
+    let resized = a
+        .try_acquire_permit(&k, 5, LONG)
+        .expect("a new size once nobody holds the semaphore");
+    assert!(matches!(resized.kind(), LeaseKind::Permit(n) if n.get() == 5));
+    assert_eq!(
+        kind(b.try_acquire_permit(&k, 3, LONG)),
+        ErrorKind::InvalidArgument,
+        "the old size is refused now"
+    );
+    resized.release().unwrap();
+
+    // An expired holder keeps no size.
+    let k = key("sem-size-expiry");
+    a.try_acquire_permit(&k, 2, Duration::from_millis(300))
+        .unwrap()
+        .forget();
+    std::thread::sleep(Duration::from_millis(500));
+    b.try_acquire_permit(&k, 4, LONG)
+        .expect("an expired holder does not keep its size")
         .release()
         .unwrap();
 }

@@ -146,6 +146,7 @@ pub(crate) fn acquire(
                     .key(&k.fence)
                     .key(&keys.gate)
                     .key(&k.taken)
+                    .key(&k.size)
                     .arg(token.as_str())
                     .arg(ttl.as_millis())
                     .arg(permits.get())
@@ -163,6 +164,9 @@ pub(crate) fn acquire(
             }
             if taken == -1 {
                 return Ok(Answer::Unstamped);
+            }
+            if taken == crate::kinds::SIZE_REFUSED {
+                return Ok(Answer::OtherSize(u32::try_from(value).unwrap_or(0)));
             }
             Ok(Answer::Held { rank: None })
         }
@@ -199,6 +203,7 @@ pub(crate) fn settle(
                 .key(&k.slot_of)
                 .key(&k.holders)
                 .key(&k.taken)
+                .key(&k.size)
                 .arg(token.as_str())
                 .arg(ms)
                 .invoke(c)
@@ -240,6 +245,7 @@ pub(crate) fn extend_on(
             .key(&k.slot_of)
             .key(&k.holders)
             .key(&k.taken)
+            .key(&k.size)
             .arg(token.as_str())
             .arg(ttl.as_millis())
             .invoke(c)

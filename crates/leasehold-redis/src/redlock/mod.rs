@@ -273,7 +273,7 @@ impl LockBackend for RedlockBackend {
         ) {
             Round::Granted(lease) => Ok(lease),
             Round::Refused(_, why, _) => Err(Error::NotAcquired(why)),
-            Round::Down(e) => Err(e),
+            Round::Down(e) | Round::Invalid(e) => Err(e),
         }
     }
 
@@ -425,7 +425,7 @@ impl LockBackend for RedlockBackend {
                 &tainted,
             ) {
                 Round::Granted(lease) => return Ok(lease),
-                Round::Down(e) => return Err(e),
+                Round::Down(e) | Round::Invalid(e) => return Err(e),
                 // The nodes offered different permit slots: once more, asking every node for the
                 // highest one offered (see `round`).
                 Round::Refused(_, _, Some(slot)) if !split && !bound.is_past() => {

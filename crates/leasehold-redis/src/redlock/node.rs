@@ -71,6 +71,9 @@ pub(crate) enum Answer {
     /// The node has no stamp: it is new, or lost its data (a restart without persistence). It
     /// grants nothing until the client stamps it (see `gate.rs`).
     Unstamped,
+    /// A permit refused because the node's live holders were granted under another size (this
+    /// one): a refusal; a quorum of these makes the acquire `InvalidArgument`.
+    OtherSize(u32),
 }
 
 /// The acquire script's arguments after the token and TTL: the queue mode and the waiter TTL.

@@ -7,7 +7,7 @@ use super::node::{self, Answer, Queueing, RedlockKeys};
 use super::tally::{Taint, Tally};
 use super::{RedlockBackend, ANSWER_SLACK};
 use crate::node::Node;
-use leasehold_core::wait::held_elsewhere;
+use leasehold_core::wait::{held_elsewhere, other_size as other_size_error};
 use leasehold_core::{Deadline, Error, Key, RawLease, Result, Token, Ttl};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -21,6 +21,9 @@ pub(super) enum Round {
     Refused(Option<u64>, String, Option<u32>),
     /// Too few nodes answered for any quorum.
     Down(Error),
+    /// A quorum of nodes refused a permit for another size than their holders' (an
+    /// `InvalidArgument`): no round of this acquire can succeed while they hold.
+    Invalid(Error),
 }
 
 /// The longest a round waits for nodes it just stamped to grant, before it runs once more: a new
@@ -144,6 +147,8 @@ impl RedlockBackend {
         let mut ranks: Vec<u64> = Vec::new();
         let mut untrusted: Vec<usize> = Vec::new();
         let mut holding_off = 0;
+        // Permits: the nodes that refused for another size, and the size they hold.
+        let (mut other_size, mut held_size) = (0, 0);
         while let Some((i, r)) = tally.hear(&mut replies, "acquire") {
             match r {
                 // A node where an earlier round's give-back of this token may still arrive (it
@@ -177,6 +182,11 @@ impl RedlockBackend {
                 Ok(Answer::Unstamped) => {
                     tally.no += 1;
                     holding_off += 1;
+                }
+                Ok(Answer::OtherSize(size)) => {
+                    tally.no += 1;
+                    other_size += 1;
+                    held_size = size;
                 }
                 Err(e) => tally.failed.push(e),
             }
@@ -246,6 +256,9 @@ impl RedlockBackend {
         give_back(&took, None, Some(tainted.clone()));
         if tally.down() {
             return Round::Down(tally.unavailable("acquire"));
+        }
+        if let (true, NodeOp::Permit { permits, .. }) = (other_size >= self.quorum, op) {
+            return Round::Invalid(other_size_error(key, held_size, permits.get()));
         }
         if let Some(e) = fence_failed {
             return Round::Refused(None, e.message().to_owned(), None);

@@ -129,7 +129,7 @@ impl Waiter for RoundWaiter<'_> {
         );
         match round {
             Round::Granted(lease) => Ok(Turn::Granted(lease)),
-            Round::Down(e) => Err(e),
+            Round::Down(e) | Round::Invalid(e) => Err(e),
             Round::Refused(_, why, _) if last => Err(Error::NotAcquired(why)),
             Round::Refused(rank, why, _) => {
                 backend.contended.note_contended(keys);
