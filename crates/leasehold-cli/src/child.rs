@@ -13,6 +13,20 @@ pub struct Child {
     reaped: bool,
 }
 
+/// Why a command could not be started, with the shell's exit codes (127 not found, 126 not
+/// executable).
+pub fn not_started(program: &OsStr, e: &io::Error) -> Failure {
+    let code = match e.kind() {
+        io::ErrorKind::NotFound => exit::NOT_FOUND,
+        io::ErrorKind::PermissionDenied => exit::CANNOT_EXECUTE,
+        _ => exit::OS_ERROR,
+    };
+    Failure::new(
+        code,
+        format!("cannot run {}: {e}", program.to_string_lossy()),
+    )
+}
+
 impl Child {
     /// Starts `argv` with `env` added to leasehold's environment.
     pub fn spawn(
@@ -38,17 +52,7 @@ impl Child {
                 own_group,
                 reaped: false,
             }),
-            Err(e) => {
-                let code = match e.kind() {
-                    io::ErrorKind::NotFound => exit::NOT_FOUND,
-                    io::ErrorKind::PermissionDenied => exit::CANNOT_EXECUTE,
-                    _ => exit::OS_ERROR,
-                };
-                Err(Failure::new(
-                    code,
-                    format!("cannot run {}: {e}", program.to_string_lossy()),
-                ))
-            }
+            Err(e) => Err(not_started(program, &e)),
         }
     }
 

@@ -89,17 +89,7 @@ fn run(lease: &Lease, args: &OnceArgs) -> Result<(u8, Vec<u8>), Failure> {
         .env("LEASEHOLD_ONCE_STARTED_MS", started.to_string())
         .stdout(Stdio::piped())
         .spawn()
-        .map_err(|e| {
-            let code = match e.kind() {
-                std::io::ErrorKind::NotFound => exit::NOT_FOUND,
-                std::io::ErrorKind::PermissionDenied => exit::CANNOT_EXECUTE,
-                _ => exit::OS_ERROR,
-            };
-            Failure::new(
-                code,
-                format!("cannot run {}: {e}", program.to_string_lossy()),
-            )
-        });
+        .map_err(|e| crate::child::not_started(program, &e));
     let mut child = match child {
         Ok(child) => child,
         Err(failure) => {

@@ -1,4 +1,4 @@
-//! Shared locks, semaphores, restore and force-release on one Redis server (issues 14 and 15); the
+//! Shared locks, semaphores, restore and force-release on one Redis server; the
 //! scripts are in `scripts.rs`, the key names in `kind_keys.rs`.
 //!
 //! Shared locks: the lock key holds `#shared` while readers hold it, expiring with the last

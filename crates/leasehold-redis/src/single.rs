@@ -463,7 +463,7 @@ impl LockBackend for RedisBackend {
         self.kinds().inspect_as(key, LeaseKind::Exclusive)
     }
 
-    // Issues 14 and 15: shared locks, semaphores, restore and force-release (kinds.rs).
+    // Shared locks, semaphores, restore and force-release: see `kinds.rs`.
     fn try_acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl) -> Result<RawLease> {
         match kind {
             LeaseKind::Exclusive => self.try_acquire(key, ttl),

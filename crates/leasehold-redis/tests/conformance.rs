@@ -1,6 +1,6 @@
 //! The whole contract (leasehold_core::conformance) against a real redis-server, and against
-//! Redlock over 3 of them: locks, restore and force-release (issue 14), shared locks and
-//! semaphores (issue 15).
+//! Redlock over 3 of them: locks, restore and force-release, shared locks and
+//! semaphores.
 
 mod common;
 

@@ -33,7 +33,7 @@
 //! `Unavailable` when failed nodes leave it undecided; a successful extend sets the deadline from
 //! its own validity.
 //!
-//! Waiting (issue 7): Redlock polls, ordered by a queue on each node that ranks but never
+//! Waiting: Redlock polls, ordered by a queue on each node that ranks but never
 //! reserves. The single-node backend's FIFO queue reserves a free key for its head; N nodes queue
 //! independently, in their own arrival orders, so their heads can differ, and a key reserved for a
 //! different waiter on each node would go to nobody. So a waiting round that is refused joins (or
@@ -402,7 +402,7 @@ impl LockBackend for RedlockBackend {
         }
     }
 
-    // Issues 14 and 15 (see `kinds.rs`).
+    // Shared locks, semaphores, restore and force-release: see `kinds.rs`.
     fn try_acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl) -> Result<RawLease> {
         if kind == LeaseKind::Exclusive {
             return self.try_acquire(key, ttl);

@@ -240,7 +240,7 @@ mod tests {
         assert_eq!(k.base.lock, namespaced("p:", b"l:", &key));
     }
 
-    /// Issue 12 item 5: a node that still holds our token from an earlier failed round (its
+    /// A node that still holds our token from an earlier failed round (its
     /// give-back never landed) is granted again with its expiry reset to the new TTL, so it cannot
     /// lapse before the validity the client computes from the new round.
     #[test]
