@@ -223,7 +223,10 @@ impl RedlockBackend {
         };
         let mut fence_failed = None;
         if tally.yes >= self.quorum && Instant::now() < valid_until {
-            match self.settle_fence(keys, op, token, &granted, calls) {
+            // Claiming stops where the lease would have no validity left: past it, the grant is
+            // of no use whatever the claims find.
+            let claims = calls.min(Deadline::at(valid_until));
+            match self.settle_fence(keys, op, token, &granted, claims) {
                 Ok(fence) if Instant::now() < valid_until => {
                     let mut lease =
                         RawLease::new(key.clone(), token, fence, ttl, start).with_kind(op.kind());
@@ -240,6 +243,9 @@ impl RedlockBackend {
                     return Round::Granted(lease);
                 }
                 Ok(_) => {}
+                // Out of validity while claiming: the same refusal as a grant that came too late
+                // (below), not a refusal by a holder that does not exist.
+                Err(_) if Instant::now() >= valid_until => {}
                 Err(e) => fence_failed = Some(e),
             }
         }
