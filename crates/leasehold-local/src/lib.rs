@@ -33,6 +33,12 @@
 //!   that would be the 65th shared holder, or the 65th permit of a semaphore of more than 64, gets
 //!   `InvalidArgument` naming that limit (never a grant beyond it, never a silent wait). Permits
 //!   up to the API's 65535 are accepted; a semaphore of 64 or fewer never meets the limit.
+//! - One size per semaphore: while a semaphore has live holders, a permit request of another size
+//!   is refused with `InvalidArgument` (`leasehold_core::wait::other_size`) at its first attempt,
+//!   a waiting one too; once every holder is gone (released or expired) a new size may be used.
+//!   The size is kept out of the record, which an older 0.2 process may still read during an
+//!   upgrade, in a side file next to it (`s-….lock.size`, see `size`), read and written under the
+//!   record's `flock` and deleted with the record.
 //! - Writer preference: an exclusive `acquire` waiting in a key's queue holds back every shared
 //!   request that comes after it (a `try_acquire_shared` gets `NotAcquired`, an `acquire_shared`
 //!   queues behind it), so a stream of readers cannot starve a writer; readers that queued before
@@ -66,6 +72,7 @@ mod names;
 mod queue;
 mod record;
 mod records;
+mod size;
 mod wake;
 
 pub use dir::default_dir;
@@ -80,6 +87,7 @@ use leasehold_core::{
 };
 pub use record::MAX_HOLDERS;
 use record::{Admit, Holder, Record, Want};
+use size::Size;
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -170,9 +178,7 @@ impl LocalBackend {
         let mut deleted = 0;
         for entry in entries.flatten() {
             if let Some(name) = entry.file_name().to_str() {
-                if names::is_record_file_name(name)
-                    && self.sweep_entry(name, self.give_up(Instant::now()))?
-                {
+                if self.sweep_name(name, self.give_up(Instant::now()))? {
                     deleted += 1;
                 }
             }
@@ -245,6 +251,8 @@ impl LocalBackend {
         if record.fence > 0 {
             self.mark.raise(&self.dir, record.fence, give_up)?;
         }
+        // The side file first: a crash in between leaves an idle record, which is no harm.
+        size::remove(&self.dir, name)?;
         match self.dir.unlink(name) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(file::io_error(
                 "cannot delete the record file",
@@ -275,10 +283,29 @@ impl LocalBackend {
         lately
     }
 
-    /// Looks at one record for the sweep: deletes it if it keeps nothing but a fence.
-    fn sweep_entry(&self, name: &str, give_up: Instant) -> Result<bool> {
+    /// Looks at one directory entry for the sweep: deletes a record that keeps nothing but a fence
+    /// (true), or the side file of a semaphore record that is gone.
+    fn sweep_name(&self, name: &str, give_up: Instant) -> Result<bool> {
+        if names::is_record_file_name(name) {
+            return self.sweep_entry(name, false, give_up);
+        }
+        match size::record_of(name) {
+            // Left by a process that deleted the record without knowing side files. A grant may be
+            // writing it under the record's flock right now, so the record is created to take that
+            // flock, then retired together with the side file if idle.
+            Some(record) if self.dir.identity_of(record).is_err() => {
+                self.sweep_entry(record, true, give_up)?;
+                Ok(false)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Looks at one record for the sweep: deletes it if it keeps nothing but a fence. `create`: a
+    /// missing record is created (fresh, so idle) to be retired.
+    fn sweep_entry(&self, name: &str, create: bool, give_up: Instant) -> Result<bool> {
         // One try at the lock: a record in use is not idle anyway.
-        let Ok(Some(file)) = Locked::open(&self.dir, name, false, Mode::Exclusive, Instant::now())
+        let Ok(Some(file)) = Locked::open(&self.dir, name, create, Mode::Exclusive, Instant::now())
         else {
             return Ok(false);
         };
@@ -320,9 +347,7 @@ impl LocalBackend {
                 }
                 Some(Ok(entry)) => {
                     if let Some(name) = entry.file_name().to_str() {
-                        if names::is_record_file_name(name) {
-                            let _ = self.sweep_entry(name, end);
-                        }
+                        let _ = self.sweep_name(name, end);
                     }
                 }
                 Some(Err(_)) => {}
@@ -429,11 +454,15 @@ impl LockBackend for LocalBackend {
         let mut record = self.read(&file, &name)?;
         let now_ns = clock::now_ns()?;
         record.normalize(&self.boot, now_ns, stale_ns());
+        let size = Size::check(&self.dir, &file, &name, &record, key, kind)?;
         // Not queued, so behind every live waiter: cutting in would starve them.
         match record.admits(want(kind), None) {
             Admit::Yes => {}
             Admit::No => return Err(held_elsewhere(key)),
             Admit::Full => return Err(full_error(key, kind)),
+        }
+        if let Some(size) = size {
+            size.store(&self.dir, &file, &name)?;
         }
         let exclusive = kind == LeaseKind::Exclusive;
         let fence = self.grant(&mut record, token, ttl, now_ns, exclusive, give_up)?;

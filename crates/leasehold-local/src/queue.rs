@@ -17,6 +17,7 @@
 
 use crate::file::{Locked, Mode};
 use crate::record::Admit;
+use crate::size::Size;
 use crate::wake::Watch;
 use crate::{clock, full_error, stale_ns, want, LocalBackend};
 use leasehold_core::wait::{Backoff, Turn, Waiter, Wake, Woken};
@@ -110,8 +111,31 @@ impl Waiter for QueueWaiter<'_> {
                 self.ticket = None;
             }
         }
+        let size = match Size::check(
+            &backend.dir,
+            &file,
+            &self.name,
+            &record,
+            self.key,
+            self.kind,
+        ) {
+            Ok(size) => size,
+            // Another size is refused at once, and the wait leaves the queue with it.
+            Err(e) => {
+                if let Some(t) = self.ticket.take() {
+                    dirty |= record.remove_waiter(t);
+                }
+                if dirty {
+                    file.write(&mut record, &self.path)?;
+                }
+                return Err(e);
+            }
+        };
         match record.admits(want, self.ticket) {
             Admit::Yes => {
+                if let Some(size) = size {
+                    size.store(&backend.dir, &file, &self.name)?;
+                }
                 if let Some(t) = self.ticket.take() {
                     record.remove_waiter(t);
                 }

@@ -41,6 +41,7 @@ fn shared_locks() {
 fn semaphores() {
     let dir = temp_dir("local-semaphore");
     conformance::run_semaphore(&|| client(&dir));
+    conformance::run_semaphore_size(&|| client(&dir));
     let started = std::time::Instant::now();
     conformance::semaphore_limit(&client(&dir), 3, 8, 50);
     eprintln!(

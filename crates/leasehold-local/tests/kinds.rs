@@ -492,21 +492,26 @@ fn a_key_keeps_at_most_max_holders_leases() {
         .collect();
     for err in [
         c.try_acquire_permit("big", MAX_PERMITS, LONG).unwrap_err(),
-        c.acquire_permit("big", 100, LONG, Duration::from_millis(50))
+        c.acquire_permit("big", MAX_PERMITS, LONG, Duration::from_millis(50))
             .unwrap_err(),
     ] {
         assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
         assert!(err.to_string().contains("at most 64"), "{err}");
     }
+    held.pop().unwrap().release().unwrap();
+    held.push(c.try_acquire_permit("big", MAX_PERMITS, LONG).unwrap());
+    // A semaphore of 64 (its own key: one size per semaphore) is simply full.
+    held.extend((0..MAX_HOLDERS).map(|_| {
+        c.try_acquire_permit("full", MAX_HOLDERS as u32, LONG)
+            .unwrap()
+    }));
     assert_eq!(
-        c.try_acquire_permit("big", MAX_HOLDERS as u32, LONG)
+        c.try_acquire_permit("full", MAX_HOLDERS as u32, LONG)
             .unwrap_err()
             .kind(),
         ErrorKind::NotAcquired,
         "a semaphore of 64 is simply full"
     );
-    held.pop().unwrap().release().unwrap();
-    held.push(c.try_acquire_permit("big", MAX_PERMITS, LONG).unwrap());
     let readers: Vec<_> = (0..MAX_HOLDERS)
         .map(|_| c.try_acquire_shared("many", LONG).unwrap())
         .collect();

@@ -257,7 +257,7 @@ fn killed_holder_frees_the_key_after_its_ttl() {
     lease.release().unwrap();
 }
 
-/// Issue 12, item 1: deleting the directory's own files (as a tmp cleaner would) while another
+/// Deleting the directory's own files (as a tmp cleaner would) while another
 /// process holds a key must not let a second process take it.
 #[test]
 fn a_held_key_stays_held_across_processes_when_the_bookkeeping_is_deleted() {

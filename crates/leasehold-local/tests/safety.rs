@@ -1,4 +1,4 @@
-//! Issue 12: never two holders, private directories, fences that survive lost bookkeeping, bounded
+//! Never two holders, private directories, fences that survive lost bookkeeping, bounded
 //! state.
 
 mod common;
@@ -175,7 +175,7 @@ fn the_default_directory_is_private_to_the_user_and_not_aged() {
     );
 }
 
-/// Issue 12, item 3: a key's bookkeeping deleted (record and every directory file) must not
+/// A key's bookkeeping deleted (record and every directory file) must not
 /// restart its fence.
 #[test]
 fn fences_keep_increasing_when_every_file_is_deleted() {
@@ -209,7 +209,7 @@ fn fences_keep_increasing_when_every_file_is_deleted() {
     }
 }
 
-/// CONTRACT §1, bounded state: keys locked once leave nothing behind, and leftovers of crashed
+/// Bounded state (`docs/semantics.md` §4): keys locked once leave nothing behind, and leftovers of crashed
 /// holders are swept.
 #[test]
 fn a_thousand_keys_leave_no_records_behind() {

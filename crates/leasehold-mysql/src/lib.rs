@@ -40,6 +40,19 @@
 //! * Sessions are pooled by core's thread-free pool (fork-safe: a child never uses or closes its
 //!   parent's sessions); named mode holds one session per lease and per waiter, so `pool_size`
 //!   bounds them.
+//! * One size per semaphore, both modes: while a semaphore has a live holder (unexpired,
+//!   unreleased), an acquire asking for another number of permits is refused with
+//!   `InvalidArgument` ([`leasehold_core::wait::other_size`]) at its first attempt, a waiting one
+//!   too; once every holder is gone, a new size may be used. Each holder's row says the size it
+//!   was granted under (`permits`: the slot's row of `<table>_fences` in named mode, the permit's
+//!   row of `<table>_permits` in table mode), and a grant refuses while a live row of the
+//!   semaphore has another, checked in the transaction that holds the semaphore's row locked, so
+//!   two sizes are never granted at once. Live means, in named mode, a row that names a holder
+//!   whose lease has not expired and whose session still holds the slot (`IS_USED_LOCK`): a
+//!   released or expired holder binds nobody. Tables made by 0.2 get the column at the first
+//!   connect (`ALTER TABLE … ADD COLUMN permits INT UNSIGNED NULL DEFAULT NULL`, which needs
+//!   `ALTER` on the table: run it once as its owner otherwise); their rows read NULL, size
+//!   unknown, which binds nobody.
 //! * Bounded state: rows of leases that ended over a minute ago are deleted (1000 per table at a
 //!   time, at most once a minute per client, from release): table mode's rows, and named mode's
 //!   fence rows of names nobody holds. A fence lost with its row is replaced by the clock term.
@@ -154,6 +167,33 @@ impl MysqlBackend {
             prefixed: key.prefixed(&self.prefix),
             ttl,
         }
+    }
+}
+
+/// Adds `column` (`definition`) to the table `name` + `suffix` (quoted: `quoted`) made by an
+/// older version, looking first, so an account that may not alter the table can use one its owner
+/// has upgraded. MySQL has no `ADD COLUMN IF NOT EXISTS`; a client that adds it at the same moment
+/// makes ours fail with 1060 (duplicate column), which is success too.
+pub(crate) fn add_column(
+    pools: &Pools,
+    deadline: leasehold_core::Deadline,
+    (name, suffix, quoted): (&str, &str, &str),
+    column: &str,
+    definition: &str,
+) -> Result<()> {
+    let what = format!("adding the column {column} to {quoted}");
+    let look = format!(
+        "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE {}",
+        names::column_of(name, suffix, column)
+    );
+    if call(pools, deadline, &look, &what)?[0].int(0).unwrap_or(0) > 0 {
+        return Ok(());
+    }
+    let alter = format!("ALTER TABLE {quoted} ADD COLUMN {column} {definition}");
+    let (_conn, outcome) = session::with_session(pools, deadline, |s| s.batch(&alter, deadline))?;
+    match outcome {
+        Ok(_) | Err(session::Failure::Server(1060, _)) => Ok(()),
+        Err(e) => Err(pools.failed(&what, &e)),
     }
 }
 

@@ -16,14 +16,19 @@
 //! disconnected by the server itself.
 //!
 //! A semaphore of `n` permits is `n` named locks (slots `0..n`); an attempt takes the first free
-//! slot from a rotating start in one statement, its fence drawn from the semaphore's row.
+//! slot from a rotating start in one statement, its fence drawn from the semaphore's row. A slot's
+//! row also says the size its holder was granted under, written in the transaction that draws the
+//! fence (so holds the semaphore's row locked) only if no live holder has another size: two sizes
+//! are never granted at once, and an acquire of another size is refused (see
+//! [`Named::grant_permit`]; the first statement of every attempt looks too, so an acquire of
+//! another size is refused even when no slot is free for it).
 
 use crate::names::{lock_name, micros, quoted, semaphore_name, slot_name, table_ident, NOW_US};
 use crate::session::{call, int, with_session, Conn2, Failure, Pools, Session};
 use crate::sweep::{Every, SWEEP_AFTER_US};
 use crate::waiting::Attempts;
 use crate::Ask;
-use leasehold_core::wait::{Turn, Waiter};
+use leasehold_core::wait::{other_size, Turn, Waiter};
 use leasehold_core::{Deadline, Error, KeyInfo, LeaseKind, Permits, RawLease, Result, Token, Ttl};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -32,6 +37,8 @@ use std::time::{Duration, Instant};
 const SLOTS_PER_STATEMENT: u32 = 128;
 
 pub(crate) struct Named {
+    /// The table name as given in the URL; the fence table is it + `_fences`.
+    name: String,
     fences: String,
     sweep_due: Every,
     /// Where the next permit attempt starts, so permits spread over the slots.
@@ -47,6 +54,7 @@ struct Held {
 impl Named {
     pub fn new(table: &str) -> Named {
         Named {
+            name: table.to_owned(),
             fences: table_ident(table, "_fences"),
             sweep_due: Every::minute(),
             next_slot: AtomicU32::new(0),
@@ -58,13 +66,13 @@ impl Named {
         &self.fences
     }
 
-    /// Creates the fence table if missing.
+    /// Creates the fence table if missing, and gives one made by 0.2 its `permits` column.
     pub fn ensure(&self, pools: &Pools, deadline: Deadline) -> Result<()> {
         let sql = format!(
             "CREATE TABLE IF NOT EXISTS {} (\
                name VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY, \
                fence BIGINT UNSIGNED NOT NULL DEFAULT 0, holder BIGINT UNSIGNED NOT NULL DEFAULT 0, \
-               expires_us BIGINT NOT NULL DEFAULT 0) ENGINE=InnoDB",
+               expires_us BIGINT NOT NULL DEFAULT 0, {SIZE_COLUMN} {SIZE_DEFINITION}) ENGINE=InnoDB",
             self.fences
         );
         call(
@@ -72,8 +80,14 @@ impl Named {
             deadline,
             &sql,
             &format!("creating the table {}", self.fences),
+        )?;
+        crate::add_column(
+            pools,
+            deadline,
+            (&self.name, "_fences", &self.fences),
+            SIZE_COLUMN,
+            SIZE_DEFINITION,
         )
-        .map(drop)
     }
 
     /// A waiting acquire's attempts (also the single attempt of a try).
@@ -162,10 +176,21 @@ impl Named {
             .enumerate()
             .map(|(i, n)| format!(" WHEN GET_LOCK({}, 0) = 1 THEN {i}", quoted(n)))
             .collect();
+        // A permit asked under another size than the live holders' takes no slot: its second
+        // column names their size. This look is not under the semaphore's row lock (a slot is
+        // taken first); the grant checks again under it ([`Named::grant_permit`]).
+        let take = match kind {
+            LeaseKind::Permit(permits) => format!(
+                "SELECT CASE WHEN s.o IS NOT NULL THEN NULL{cases} END, s.o \
+                 FROM (SELECT MAX({SIZE_COLUMN}) AS o FROM {f} WHERE {}) s",
+                other_size_live(fence_row, permits)
+            ),
+            _ => format!("SELECT CASE{cases} END, NULL"),
+        };
         // The first free name is taken; the others are only looked at (a holder whose lease has
         // expired, and the earliest expiry for the wait).
         let sql = format!(
-            "SELECT CASE{cases} END; \
+            "{take}; \
              SELECT name, holder FROM {f} WHERE name IN ({list}) AND holder <> 0 \
                AND expires_us <= {NOW_US} AND IS_USED_LOCK(name) = holder LIMIT 1; \
              SELECT MIN(expires_us) - {NOW_US} FROM {f} WHERE name IN ({list}) \
@@ -177,6 +202,9 @@ impl Named {
         let sent = Instant::now();
         let (mut conn, outcome) = with_session(pools, deadline, |s| s.batch(&sql, deadline))?;
         let answers = outcome.map_err(|e| pools.failed("taking a named lock", &e))?;
+        if let (Some(held), LeaseKind::Permit(permits)) = (answers[0].int(1), kind) {
+            return Err(other_size(ask.key, held as u32, permits.get()));
+        }
         let granted = answers[0].int(0).and_then(|i| names.get(i as usize));
         let name = match (granted, answers[1].rows.first()) {
             (Some(name), _) => name.clone(),
@@ -206,6 +234,10 @@ impl Named {
                 return Ok(Turn::NotYet { holder_left: left });
             }
         };
+        if let LeaseKind::Permit(permits) = kind {
+            let taken = (token, sent);
+            return self.grant_permit(pools, ask, conn, &name, fence_row, permits, taken, deadline);
+        }
         // The lock is ours on this session: record holder and expiry, draw the fence.
         let ttl = micros(ask.ttl.as_duration());
         let holder_row = if name == fence_row {
@@ -250,6 +282,76 @@ impl Named {
             RawLease::new(ask.key.clone(), token, fence as u64, ask.ttl, sent)
                 .with_kind(kind)
                 .with_state(Held { conn, name }),
+        ))
+    }
+
+    /// Makes the slot `name` that `conn` just locked a permit of `semaphore`, in one transaction
+    /// that locks the semaphore's row first (the fence draw): so grants of one semaphore happen one
+    /// at a time, and each sees every earlier grant's slot row, with its size, committed. The slot's
+    /// row gets holder, expiry and size only if no live holder of another size has one; otherwise
+    /// the slot is given back and the acquire refused. The transaction's snapshot is taken by its
+    /// first plain read, which comes after the row lock.
+    #[allow(clippy::too_many_arguments)]
+    fn grant_permit(
+        &self,
+        pools: &Pools,
+        ask: &Ask,
+        mut conn: Conn2,
+        name: &str,
+        semaphore: &str,
+        permits: Permits,
+        (token, sent): (Token, Instant),
+        deadline: Deadline,
+    ) -> Result<Turn> {
+        let f = &self.fences;
+        let ttl = micros(ask.ttl.as_duration());
+        let (n, slot, fr) = (permits.get(), quoted(name), quoted(semaphore));
+        let sql = format!(
+            "SET SESSION wait_timeout = {wt}; \
+             START TRANSACTION; \
+             INSERT INTO {f} (name, fence, holder, expires_us) \
+               VALUES ({fr}, {NOW_US}, 0, {NOW_US} + {ttl}) \
+             ON DUPLICATE KEY UPDATE fence = GREATEST(fence + 1, VALUES(fence)), \
+               expires_us = GREATEST(expires_us, VALUES(expires_us)); \
+             SELECT MAX({SIZE_COLUMN}) INTO @leasehold_other FROM {f} \
+               WHERE name <> {slot} AND {live}; \
+             INSERT INTO {f} (name, holder, expires_us, {SIZE_COLUMN}) \
+               SELECT {slot}, CONNECTION_ID(), {NOW_US} + {ttl}, {n} FROM DUAL \
+               WHERE @leasehold_other IS NULL \
+             ON DUPLICATE KEY UPDATE holder = VALUES(holder), expires_us = VALUES(expires_us), \
+               {SIZE_COLUMN} = VALUES({SIZE_COLUMN}); \
+             COMMIT; \
+             SELECT fence, @leasehold_other FROM {f} WHERE name = {fr}",
+            wt = wait_timeout(ask.ttl),
+            live = other_size_live(semaphore, permits),
+        );
+        let answers = match conn.batch(&sql, deadline) {
+            Ok(a) => a,
+            // The session ends with the failure (it is never reused), and the slot with it.
+            Err(e) => return Err(pools.failed("drawing the fence", &e)),
+        };
+        let last = answers.nth_last(1);
+        if let Some(held) = last.int(1) {
+            // Given back at once; if that fails, closing the session frees the slot.
+            let give_back =
+                format!("SELECT RELEASE_LOCK({slot}); SET SESSION wait_timeout = DEFAULT");
+            if conn.batch(&give_back, deadline).is_err() {
+                conn.broken = true;
+            }
+            return Err(other_size(ask.key, held as u32, n));
+        }
+        let Some(fence) = last.int(0).filter(|f| *f > 0) else {
+            // Closing the session frees the lock.
+            conn.broken = true;
+            return Err(pools.unavailable("the server returned no fence"));
+        };
+        Ok(Turn::Granted(
+            RawLease::new(ask.key.clone(), token, fence as u64, ask.ttl, sent)
+                .with_kind(LeaseKind::Permit(permits))
+                .with_state(Held {
+                    conn,
+                    name: name.to_owned(),
+                }),
         ))
     }
 
@@ -539,6 +641,23 @@ fn wait_until_free(
         }
         std::thread::sleep(Duration::from_millis(2));
     }
+}
+
+/// The fence table's column that says the size a semaphore's slot was granted under (NULL on a
+/// lock's row, and on a slot row of 0.2: size unknown, which binds nobody).
+const SIZE_COLUMN: &str = "permits";
+const SIZE_DEFINITION: &str = "INT UNSIGNED NULL DEFAULT NULL";
+
+/// The condition on fence rows that picks the slots of `semaphore` held by a live lease granted
+/// under another size than `permits`: the row names a holder whose lease has not expired and
+/// whose session still holds the slot. A released slot's row names no holder; an expired one's
+/// binds nobody even while its session still holds the slot (until an acquirer ends it).
+fn other_size_live(semaphore: &str, permits: Permits) -> String {
+    format!(
+        "name LIKE '{semaphore}:%' AND {SIZE_COLUMN} <> {n} AND holder <> 0 \
+           AND expires_us > {NOW_US} AND IS_USED_LOCK(name) = holder",
+        n = permits.get()
+    )
 }
 
 /// The idle limit of a lease's session: past its TTL, so the server never ends a live lease's

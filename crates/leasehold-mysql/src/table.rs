@@ -10,6 +10,9 @@
 //! expiry), and `writer_until` (a waiting writer's mark: new readers hold back while it is ahead of
 //! the clock, so readers never starve a writer).
 //!
+//! A permit's row says the size it was granted under (`permits`); a grant, which holds the
+//! semaphore's row locked while it counts, refuses while a live permit of another size is left.
+//!
 //! The upsert's assignments each take the grant condition as `last_token = <ours> OR <condition>`
 //! with `last_token` assigned first: MySQL and MariaDB evaluate `ON DUPLICATE KEY UPDATE`
 //! assignments left to right (later ones see earlier results), MariaDB under
@@ -21,7 +24,7 @@ use crate::session::{call, with_session, Answers, Pools};
 use crate::sweep::{Every, SWEEP_AFTER_US};
 use crate::waiting::Attempts;
 use crate::Ask;
-use leasehold_core::wait::{Turn, Waiter};
+use leasehold_core::wait::{other_size, Turn, Waiter};
 use leasehold_core::{
     Deadline, Error, Key, KeyInfo, LeaseKind, Permits, RawLease, Result, Token, Ttl,
 };
@@ -29,10 +32,16 @@ use std::time::{Duration, Instant};
 
 /// The token readers leave in the key's row.
 const SHARED: &str = "X'00000000000000000000000000000000'";
+/// The permits table's column that says the size a permit was granted under (NULL on a row of
+/// 0.2: size unknown, which binds nobody).
+const SIZE_COLUMN: &str = "permits";
+const SIZE_DEFINITION: &str = "INT UNSIGNED NULL DEFAULT NULL";
 /// How long a waiting writer's mark holds new readers back after its last attempt.
 const WRITER_MARK_US: i64 = 1_000_000;
 
 pub(crate) struct Table {
+    /// The table name as given in the URL.
+    name: String,
     main: String,
     shares: String,
     permits: String,
@@ -42,6 +51,7 @@ pub(crate) struct Table {
 impl Table {
     pub fn new(name: &str) -> Table {
         Table {
+            name: name.to_owned(),
             main: table_ident(name, ""),
             shares: table_ident(name, "_shares"),
             permits: table_ident(name, "_permits"),
@@ -54,13 +64,13 @@ impl Table {
         &self.main
     }
 
-    /// Creates the tables if missing.
+    /// Creates the tables if missing, and gives a permits table made by 0.2 its `permits` column.
     pub fn ensure(&self, pools: &Pools, deadline: Deadline) -> Result<()> {
-        let holders = |name: &str| {
+        let holders = |name: &str, more: &str| {
             format!(
                 "CREATE TABLE IF NOT EXISTS {name} (\
                    k BINARY(32) NOT NULL, token BINARY(16) NOT NULL, \
-                   fence BIGINT UNSIGNED NOT NULL, expires_us BIGINT NOT NULL, \
+                   fence BIGINT UNSIGNED NOT NULL, expires_us BIGINT NOT NULL, {more}\
                    PRIMARY KEY (k, token), KEY (expires_us)) ENGINE=InnoDB"
             )
         };
@@ -71,16 +81,22 @@ impl Table {
                expires_us BIGINT NOT NULL, writer_until BIGINT NOT NULL DEFAULT 0, \
                KEY (expires_us)) ENGINE=InnoDB; {}; {}",
             self.main,
-            holders(&self.shares),
-            holders(&self.permits)
+            holders(&self.shares, ""),
+            holders(&self.permits, &format!("{SIZE_COLUMN} {SIZE_DEFINITION}, "))
         );
         call(
             pools,
             deadline,
             &sql,
             &format!("creating the tables {}", self.main),
+        )?;
+        crate::add_column(
+            pools,
+            deadline,
+            (&self.name, "_permits", &self.permits),
+            SIZE_COLUMN,
+            SIZE_DEFINITION,
         )
-        .map(drop)
     }
 
     /// A waiting acquire's attempts (also the single attempt of a try).
@@ -196,22 +212,26 @@ impl Table {
         let ttl = micros(ask.ttl.as_duration());
         let n = permits.get();
         let (main, holders) = (&self.main, &self.permits);
-        // The semaphore's row is locked first, so attempts on one semaphore count one at a time.
+        // The semaphore's row is locked first, so attempts on one semaphore count (and check the
+        // holders' size) one at a time: two sizes are never granted at once. Expired permits are
+        // deleted first, so every row counted is live.
         let sql = format!(
             "START TRANSACTION; \
              INSERT INTO {main} (k, token, last_token, fence, expires_us, writer_until) \
                VALUES ({k}, {SHARED}, {SHARED}, 0, 0, 0) \
                ON DUPLICATE KEY UPDATE fence = fence; \
              DELETE FROM {holders} WHERE k = {k} AND expires_us <= {NOW_US}; \
-             INSERT INTO {holders} (k, token, fence, expires_us) \
-               SELECT k, {tok}, GREATEST(fence + 1, {NOW_US}), {NOW_US} + {ttl} FROM {main} \
-               WHERE k = {k} AND (SELECT COUNT(*) FROM {holders} WHERE k = {k}) < {n}; \
+             INSERT INTO {holders} (k, token, fence, expires_us, {SIZE_COLUMN}) \
+               SELECT k, {tok}, GREATEST(fence + 1, {NOW_US}), {NOW_US} + {ttl}, {n} FROM {main} \
+               WHERE k = {k} AND (SELECT COUNT(*) FROM {holders} WHERE k = {k}) < {n} \
+                 AND NOT EXISTS (SELECT 1 FROM {holders} WHERE k = {k} AND {SIZE_COLUMN} <> {n}); \
              UPDATE {main} SET fence = GREATEST(fence, \
                (SELECT fence FROM {holders} WHERE k = {k} AND token = {tok})), \
                expires_us = GREATEST(expires_us, {NOW_US} + {ttl}) \
                WHERE k = {k} AND EXISTS (SELECT 1 FROM {holders} WHERE k = {k} AND token = {tok}); \
              SELECT fence, expires_us - {NOW_US} FROM {holders} WHERE k = {k} AND token = {tok}; \
-             SELECT MIN(expires_us) - {NOW_US} FROM {holders} WHERE k = {k}; \
+             SELECT MIN(expires_us) - {NOW_US}, MAX(IF({SIZE_COLUMN} <> {n}, {SIZE_COLUMN}, NULL)) \
+               FROM {holders} WHERE k = {k}; \
              COMMIT"
         );
         let sent = Instant::now();
@@ -219,6 +239,9 @@ impl Table {
             return Ok(Turn::NotYet { holder_left: None });
         };
         let (mine, first_end) = (answers.nth_last(3), answers.nth_last(2));
+        if let (None, Some(held)) = (mine.int(0), first_end.int(1)) {
+            return Err(other_size(ask.key, held as u32, n));
+        }
         Ok(match mine.int(0) {
             Some(fence) => Turn::Granted(
                 RawLease::new(ask.key.clone(), token, fence as u64, ask.ttl, sent)

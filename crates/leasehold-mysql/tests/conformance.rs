@@ -73,11 +73,13 @@ fn table_shared() {
 #[test]
 fn named_semaphore() {
     conformance::run_semaphore(&|| client("lock=named"));
+    conformance::run_semaphore_size(&|| client("lock=named"));
 }
 
 #[test]
 fn table_semaphore() {
     conformance::run_semaphore(&|| client("lock=table&table=semaphore_locks"));
+    conformance::run_semaphore_size(&|| client("lock=table&table=semaphore_locks"));
 }
 
 #[test]

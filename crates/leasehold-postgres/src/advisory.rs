@@ -5,12 +5,18 @@
 //! holder whose process dies frees it as soon as the server sees the connection close; one whose host
 //! vanishes, within [`crate::session::SERVER_DEAD_PEER`] (server-side TCP keepalives and user timeout).
 //! The fence is drawn after the lock is granted, in the same round trip ([`fence_expr`]).
+//!
+//! A semaphore has one size while it has holders: a permit's session also holds a size lock
+//! ([`semaphore_size_id`]: the semaphore's id with the size in its low 16 bits) in shared mode, and
+//! every permit attempt, under the semaphore's grant lock for its transaction, looks in `pg_locks`
+//! for one with another size first ([`permit_check`]); finding one, it takes nothing and the
+//! acquire is refused. The size lock goes with the slot (released together, or with the session).
 
-use crate::lock_id::{lock_id, semaphore_internal, semaphore_slot_sql};
+use crate::lock_id::{lock_id, semaphore_internal, semaphore_size_id, semaphore_slot_sql};
 use crate::session::{describe, keep_detached, last_value, number, Conn, Failure, Pools, Prepared};
 use crate::waiting::{bounded_wait, hold_place, join_queue, unlock_all, Line};
 use crate::{acquiring, call_rows, timed, with_session, Ask};
-use leasehold_core::wait::{held_elsewhere, Pause, Turn, Waiter, Wake, Woken};
+use leasehold_core::wait::{held_elsewhere, other_size, Pause, Turn, Waiter, Wake, Woken};
 use leasehold_core::Deadline;
 use leasehold_core::{Error, Key, KeyInfo, LeaseKind, Permits, RawLease, Result, Token, Ttl};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -22,8 +28,8 @@ pub(crate) struct Held {
     id: i64,
     /// A shared lock, unlocked with `pg_advisory_unlock_shared`.
     shared: bool,
-    /// A semaphore's wait channel, notified when the permit goes back.
-    notify: Option<String>,
+    /// A permit's slot: what its release gives back beside the lock and whom it tells.
+    permit: Option<Slot>,
     /// The process that acquired: a `fork()` child must not use (or close) its parent's session.
     pid: u32,
     /// A call on the session timed out, so the lease is lost. The session is kept, unused, until
@@ -34,6 +40,14 @@ pub(crate) struct Held {
     /// detached lease's session is kept open until. The lease's own deadline may be sooner: it
     /// is relied on only while the session is proven alive ([`Pools::alive_until`]).
     ttl_ends: Instant,
+}
+
+/// What a permit holds beside its slot's lock.
+struct Slot {
+    /// The semaphore's wait channel, notified when the permit goes back.
+    channel: String,
+    /// The size lock held in shared mode beside the slot ([`semaphore_size_id`]).
+    size: i64,
 }
 
 /// Relies on `lease` only while its session is proven alive: a request sent at `contact` was
@@ -223,7 +237,7 @@ impl Advisory {
         ttl: Ttl,
         sent: Instant,
         shared: bool,
-        notify: Option<String>,
+        permit: Option<Slot>,
     ) -> Result<RawLease> {
         let token = match Token::generate() {
             Ok(token) => token,
@@ -237,7 +251,7 @@ impl Advisory {
             conn,
             id,
             shared,
-            notify,
+            permit,
             pid: leasehold_core::fork::pid(),
             dead: false,
             ttl_ends: ttl.deadline_from(sent),
@@ -256,7 +270,7 @@ impl Advisory {
         if held.dead {
             return Err(gone("a call on its session timed out"));
         }
-        let unlocked = match &held.notify {
+        let unlocked = match &held.permit {
             None => {
                 let sql = &self.sql.unlock[usize::from(held.shared)];
                 let id = held.id;
@@ -264,10 +278,11 @@ impl Advisory {
                     .query(sql, &[&id], pools.call())
                     .map(|rows| matches!(column::<bool>(&rows, 0), Ok(Some(true))))
             }
-            Some(channel) => {
-                // A semaphore's waiters learn of the free slot at once (delivered at commit).
+            Some(Slot { channel, size }) => {
+                // A semaphore's waiters learn of the free slot at once (delivered at commit). The
+                // size lock goes after the slot: a permit never holds a slot without saying its size.
                 let sql = format!(
-                    "{}, pg_notify('{channel}', '')",
+                    "{}, pg_advisory_unlock_shared({size}), pg_notify('{channel}', '')",
                     unlock_sql("pg_advisory_unlock", &held.id.to_string())
                 );
                 held.conn
@@ -431,24 +446,35 @@ impl Advisory {
         Ok(ended > 0)
     }
 
-    /// One attempt at a permit: the first free slot in a rotating order, all in one statement.
+    /// One attempt at a permit: the first free slot in a rotating order, all in one round trip
+    /// (the size check, then the slot).
     pub fn try_acquire_permit(&self, ask: &Ask, permits: Permits) -> Result<RawLease> {
-        let sql = self.permit_attempt(&ask.prefixed, permits, ask.ttl, false, None);
+        let sql = format!(
+            "{}; {}",
+            permit_check(&ask.prefixed, permits),
+            self.permit_attempt(&ask.prefixed, permits, ask.ttl, false, None)
+        );
         let deadline = ask.pools.call();
-        let (mut conn, sent, rows) = acquiring(ask.pools, deadline, "semaphore slot lock", |s| {
-            s.rows(&sql, deadline)
-        })?;
-        match unreadable_poisons(&mut conn, self.permit_granted(&rows))? {
-            Some((fence, id)) => self.permit_lease(conn, ask, id, fence, permits, sent),
-            None => Err(no_permit(ask.key, permits)),
+        let (mut conn, sent, statements) =
+            acquiring(ask.pools, deadline, "semaphore slot lock", |s| {
+                s.statements(&sql, deadline)
+            })?;
+        match unreadable_poisons(&mut conn, self.permit_answer(&statements))? {
+            PermitAnswer::Granted { fence, id } => {
+                self.permit_lease(conn, ask, id, fence, permits, sent)
+            }
+            PermitAnswer::OtherSize(held) => Err(other_size(ask.key, held, permits.get())),
+            PermitAnswer::Refused => Err(no_permit(ask.key, permits)),
         }
     }
 
     /// The statement that takes the first free slot from a rotating start (`pg_try_advisory_lock`
     /// per slot, stopping at the first granted: LIMIT 1 over a lazily filtered scan), then draws
-    /// the fence and sets the session's idle timeout. `gated`: only while the statement before
-    /// found nobody waiting (see [`Advisory::permit_first`]); with `give_back`, that statement took
-    /// this queue lock for the session, and a grant gives it back.
+    /// the fence, takes the size lock ([`semaphore_size_id`]) and sets the session's idle timeout.
+    /// It follows [`permit_check`] in the same transaction, and takes nothing when that found
+    /// holders of another size. `gated`: only while the statement before found nobody waiting
+    /// (see [`Advisory::permit_first`]); with `give_back`, that statement took this queue lock for
+    /// the session, and a grant gives it back.
     fn permit_attempt(
         &self,
         prefixed: &[u8],
@@ -462,9 +488,9 @@ impl Advisory {
         // The gate is what the statement before set (same implicit transaction): whether it took
         // the queue lock, that is, whether nobody waits.
         let gate = if gated {
-            "current_setting('leasehold.head', true) = 'true'"
+            format!("current_setting('leasehold.head', true) = 'true' AND {SIZE_FREE}")
         } else {
-            "true"
+            SIZE_FREE.to_owned()
         };
         let leave = match give_back {
             Some(queue) => {
@@ -474,13 +500,14 @@ impl Advisory {
         };
         format!(
             "SELECT f, CASE WHEN f IS NOT NULL THEN set_config('idle_session_timeout', '{ms}', false) END, \
-                    id{leave} \
+                    id, CASE WHEN f IS NOT NULL THEN pg_advisory_lock_shared({size}) END{leave} \
              FROM (SELECT id, {fence} AS f FROM \
                      (SELECT id FROM (SELECT {slot} AS id FROM generate_series(0, {last}) AS g(i)) q \
                       WHERE CASE WHEN {gate} THEN pg_try_advisory_lock(id) ELSE false END LIMIT 1) s \
                    OFFSET 0) t",
             ms = ttl.as_millis(),
             fence = fence_expr(self.fence_seq),
+            size = semaphore_size_id(prefixed, n),
             slot = semaphore_slot_sql(prefixed, &format!("(i + {start}) % {n}")),
             last = n - 1,
         )
@@ -491,23 +518,45 @@ impl Advisory {
     /// the session is the queue's head from then on, and gets a queued session's short idle
     /// timeout ([`hold_place`]) in the same statement, so it is never idle in the queue without it
     /// (a grant sets the lease's TTL instead, after it). Without, the lock is the transaction's.
-    /// The first statement's first column says whether it took the queue lock.
+    /// An acquire of another size than the holders' takes no queue lock: it is refused, not queued.
+    /// The third statement's first column says whether it took the queue lock.
     fn permit_first(&self, ask: &Ask, permits: Permits, queue: i64, keep: bool) -> String {
         let first = if keep {
             format!(
                 "SELECT set_config('leasehold.head', h::text, true), CASE WHEN h THEN {} END \
-                 FROM (SELECT pg_try_advisory_lock({queue}) AS h OFFSET 0) s",
+                 FROM (SELECT CASE WHEN {SIZE_FREE} THEN pg_try_advisory_lock({queue}) ELSE false END \
+                       AS h OFFSET 0) s",
                 hold_place()
             )
         } else {
             format!(
-                "SELECT set_config('leasehold.head', pg_try_advisory_xact_lock({queue})::text, true)"
+                "SELECT set_config('leasehold.head', \
+                   (CASE WHEN {SIZE_FREE} THEN pg_try_advisory_xact_lock({queue}) ELSE false END)::text, \
+                   true)"
             )
         };
         format!(
-            "{first}; {}",
+            "{}; {first}; {}",
+            permit_check(&ask.prefixed, permits),
             self.permit_attempt(&ask.prefixed, permits, ask.ttl, true, keep.then_some(queue))
         )
+    }
+
+    /// What the statements of a permit attempt ([`permit_check`], then maybe the queue's, then
+    /// [`Advisory::permit_attempt`]) found.
+    fn permit_answer(
+        &self,
+        statements: &[Vec<tokio_postgres::SimpleQueryRow>],
+    ) -> Result<PermitAnswer> {
+        let other = statements.get(1).and_then(|rows| last_value(rows, 0));
+        if let Some(held) = number::<u32>(other.filter(|o| !o.is_empty()))? {
+            return Ok(PermitAnswer::OtherSize(held));
+        }
+        let slot = statements.last().map(Vec::as_slice).unwrap_or_default();
+        Ok(match self.permit_granted(slot)? {
+            Some((fence, id)) => PermitAnswer::Granted { fence, id },
+            None => PermitAnswer::Refused,
+        })
     }
 
     /// `(fence, slot id)` when the attempt got a slot.
@@ -536,8 +585,10 @@ impl Advisory {
     ) -> Result<RawLease> {
         let Ask { key, ttl, .. } = *ask;
         let (_, channel) = semaphore_internal("queue", "", &ask.prefixed);
+        let size = semaphore_size_id(&ask.prefixed, permits.get());
+        let slot = Slot { channel, size };
         let lease = self
-            .lease(conn, id, key, fence, ttl, sent, false, Some(channel))?
+            .lease(conn, id, key, fence, ttl, sent, false, Some(slot))?
             .with_kind(LeaseKind::Permit(permits));
         Ok(alive_from(lease, ask.pools, sent))
     }
@@ -626,17 +677,19 @@ impl<'a> PermitWaiter<'a> {
                 s.statements(&first, call)
             })?;
         let head = statements
-            .first()
+            .get(2)
             .and_then(|rows| last_value(rows, 0))
             .map(|h| h == "true");
-        let rows = statements.into_iter().last().unwrap_or_default();
-        if let Some((fence, id)) =
-            unreadable_poisons(&mut conn, self.advisory.permit_granted(&rows))?
-        {
-            let lease = self
-                .advisory
-                .permit_lease(conn, ask, id, fence, permits, sent)?;
-            return Ok(Some(Turn::Granted(lease)));
+        match unreadable_poisons(&mut conn, self.advisory.permit_answer(&statements))? {
+            PermitAnswer::Granted { fence, id } => {
+                let lease = self
+                    .advisory
+                    .permit_lease(conn, ask, id, fence, permits, sent)?;
+                return Ok(Some(Turn::Granted(lease)));
+            }
+            // Refused before taking anything (the queue lock included): the session is clean.
+            PermitAnswer::OtherSize(held) => return Err(other_size(ask.key, held, permits.get())),
+            PermitAnswer::Refused => {}
         }
         let enter = join_queue(
             (head == Some(true)).then_some(""),
@@ -654,19 +707,31 @@ impl<'a> PermitWaiter<'a> {
     /// An attempt of the queue's head; refused in the final one, it leaves the queue.
     fn at_head(&mut self, last: bool, call: Deadline) -> Result<Turn> {
         let (ask, permits) = (&self.ask, self.permits);
-        let sql = self
-            .advisory
-            .permit_attempt(&ask.prefixed, permits, ask.ttl, false, None);
+        let sql = format!(
+            "{}; {}",
+            permit_check(&ask.prefixed, permits),
+            self.advisory
+                .permit_attempt(&ask.prefixed, permits, ask.ttl, false, None)
+        );
         let Some(conn) = self.line.attempting() else {
             return Ok(Turn::NotYet { holder_left: None });
         };
         let sent = Instant::now();
-        let rows = conn
-            .rows(&sql, call)
+        let statements = conn
+            .statements(&sql, call)
             .map_err(|e| ask.pools.failed("semaphore slot lock", &e))?;
         let (channel, queue) = (&self.line.channel, self.line.queue);
-        match self.advisory.permit_granted(&rows)? {
-            Some((fence, id)) => {
+        // Back to the pool with no idle timeout, as after a release; closed if this fails.
+        let give_up = format!(
+            "UNLISTEN \"{channel}\"; SELECT pg_advisory_unlock({queue}), \
+             set_config('idle_session_timeout', '0', false)"
+        );
+        match self.advisory.permit_answer(&statements)? {
+            PermitAnswer::OtherSize(held) => {
+                drop(self.line.leave(&give_up, call));
+                Err(other_size(ask.key, held, permits.get()))
+            }
+            PermitAnswer::Granted { fence, id } => {
                 // Leaving the queue lets the next waiter move up. If it fails the session is
                 // closed, which frees the queue (and the slot: no lease is handed out then). The
                 // grant gave the session the lease's TTL as its idle timeout already.
@@ -682,16 +747,11 @@ impl<'a> PermitWaiter<'a> {
                     )),
                 }
             }
-            None if last => {
-                // Back to the pool with no idle timeout, as after a release; closed if this fails.
-                let leave = format!(
-                    "UNLISTEN \"{channel}\"; SELECT pg_advisory_unlock({queue}), \
-                     set_config('idle_session_timeout', '0', false)"
-                );
-                drop(self.line.leave(&leave, call));
+            PermitAnswer::Refused if last => {
+                drop(self.line.leave(&give_up, call));
                 Ok(Turn::NotYet { holder_left: None })
             }
-            None => Ok(Turn::NotYet { holder_left: None }),
+            PermitAnswer::Refused => Ok(Turn::NotYet { holder_left: None }),
         }
     }
 }
@@ -709,19 +769,23 @@ impl Waiter for PermitWaiter<'_> {
                     acquiring(self.ask.pools, call, "semaphore slot lock", |s| {
                         s.statements(&first, call)
                     })?;
-                let rows = statements.into_iter().last().unwrap_or_default();
-                let granted = self.advisory.permit_granted(&rows);
-                return Ok(match unreadable_poisons(&mut conn, granted)? {
-                    Some((fence, id)) => Turn::Granted(self.advisory.permit_lease(
-                        conn,
-                        &self.ask,
-                        id,
-                        fence,
-                        self.permits,
-                        sent,
-                    )?),
-                    None => Turn::NotYet { holder_left: None },
-                });
+                let answer = self.advisory.permit_answer(&statements);
+                return match unreadable_poisons(&mut conn, answer)? {
+                    PermitAnswer::Granted { fence, id } => {
+                        Ok(Turn::Granted(self.advisory.permit_lease(
+                            conn,
+                            &self.ask,
+                            id,
+                            fence,
+                            self.permits,
+                            sent,
+                        )?))
+                    }
+                    PermitAnswer::OtherSize(held) => {
+                        Err(other_size(self.ask.key, held, self.permits.get()))
+                    }
+                    PermitAnswer::Refused => Ok(Turn::NotYet { holder_left: None }),
+                };
             }
             if let Some(turn) = self.enter(block_until, call)? {
                 return Ok(turn);
@@ -737,6 +801,52 @@ impl Waiter for PermitWaiter<'_> {
     fn heartbeat(&self) -> Option<Duration> {
         self.line.heartbeat().map(|beat| beat.min(PERMIT_RECHECK))
     }
+}
+
+/// What one permit attempt found.
+enum PermitAnswer {
+    /// The slot `id`, with its fence.
+    Granted { fence: i64, id: i64 },
+    /// Live holders hold the semaphore under this other size: nothing was taken.
+    OtherSize(u32),
+    /// Every slot is held (or, for a newcomer, someone waits).
+    Refused,
+}
+
+/// Whether [`permit_check`] found no live holder of another size (same transaction).
+const SIZE_FREE: &str = "current_setting('leasehold.size', true) = ''";
+
+/// The statements in front of every permit attempt: the semaphore's grant lock for the
+/// transaction, so grants of one semaphore happen one at a time, then the size of any live holder
+/// granted under another size than `permits`, into `leasehold.size` ('' when there is none), which
+/// the attempt's statements after it gate on. A holder says its size by a shared lock
+/// ([`semaphore_size_id`]) taken in the granting transaction, so under the grant lock every
+/// earlier grant's size shows in `pg_locks`; a holder's session that ends (released, its TTL, a
+/// crash) ends its size lock with it, so only live holders bind.
+///
+/// The `pg_locks` scan (which takes every lock partition of the server) is skipped while the
+/// semaphore has holders of this size: the exclusive try of this size's lock fails then, and
+/// since grants only ever add a holder of the size that all live holders have, no other size can
+/// be held. When it succeeds it is the transaction's, and no other session asks for that lock
+/// (only grants do, one at a time); the grant's own shared session lock on it does not conflict.
+fn permit_check(prefixed: &[u8], permits: Permits) -> String {
+    let (grant, _) = semaphore_internal("grant", "", prefixed);
+    let n = permits.get();
+    let size = semaphore_size_id(prefixed, n);
+    let bits = size as u64;
+    format!(
+        "SELECT pg_advisory_xact_lock({grant}); \
+         SELECT set_config('leasehold.size', \
+           CASE WHEN pg_try_advisory_xact_lock({size}) THEN coalesce(( \
+             SELECT (objid::int8 & 65535)::text FROM pg_locks \
+             WHERE locktype = 'advisory' AND granted AND objsubid = 1 \
+               AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+               AND classid = {high} AND (objid::int8 >> 16) = {middle} \
+               AND (objid::int8 & 65535) <> {n} \
+             LIMIT 1), '') ELSE '' END, true)",
+        high = bits >> 32,
+        middle = (bits >> 16) & 0xffff,
+    )
 }
 
 /// `answer`, the parsed answer of a statement that may have taken a lock; an answer that cannot be
@@ -790,7 +900,7 @@ fn fence_expr(seq: u32) -> String {
 }
 
 /// A release or extend whose session did not answer in time. It may still hold the lock, and we
-/// cannot prove either way. So this call says `Unavailable` (the server did not answer, CONTRACT
+/// cannot prove either way. So this call says `Unavailable` (the server did not answer, `docs/semantics.md`
 /// §1), and the lease counts as lost from now on: `remaining()` is zero and every later release or
 /// extend gives `Lost`. An extend's session is closed (never reused) only when the lease is released
 /// or dropped, so the server frees the lock after the caller has heard, never while it may still

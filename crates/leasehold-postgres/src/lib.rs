@@ -1,4 +1,4 @@
-//! Leasehold's PostgreSQL backends, chosen by the URL (CONTRACT.md §2):
+//! Leasehold's PostgreSQL backends, chosen by the URL (the README's URL table):
 //!
 //! * **advisory** (`postgres://…`, `?lock=advisory`, the default): a session advisory lock, held by a
 //!   database session that the lease owns for its whole life (taken from the pool, returned after
@@ -118,6 +118,19 @@
 //!   LISTEN/NOTIFY with a wake-up at the first expiry. Writer preference: waiters hold (or wait
 //!   for) the key's wait-queue advisory lock, and a new shared try takes it in shared mode for its
 //!   transaction, which fails while a writer waits.
+//! * One size per semaphore, both modes: while a semaphore has a live holder (unexpired,
+//!   unreleased), an acquire asking for another number of permits is refused with
+//!   `InvalidArgument` ([`leasehold_core::wait::other_size`]) at its first attempt, a waiting one
+//!   too (it never queues); once every holder is gone, a new size may be used. Advisory: each
+//!   holder also holds, in shared mode, a size lock whose id is 48 bits of the semaphore's hash
+//!   and 16 bits of its size, taken in the granting transaction; every attempt first takes the
+//!   semaphore's grant lock for its transaction (so grants of one semaphore happen one at a
+//!   time) and looks in `pg_locks` for a size lock of the semaphore with another size (not while
+//!   holders of its own size are there: no other size can be held then). A size
+//!   lock lives exactly as long as its holder's slot (released with it; a session ended by its
+//!   TTL or a crash drops both). Table: each permit row says its size (`permits`); a grant
+//!   refuses while a live row has another, checked under the count lock with the count. Rows of
+//!   0.2 have NULL there (size unknown) and bind nobody.
 //! * Restore (picking up a lease by key and token) is table mode only: an advisory lock belongs
 //!   to its session. Force-release: table mode frees the row and every share (the row and its
 //!   fence stay); advisory mode ends the holding sessions with `pg_terminate_backend`, which needs
@@ -133,6 +146,10 @@
 //! GRANT SELECT, INSERT, UPDATE, DELETE ON leasehold_locks, leasehold_locks_shares, leasehold_locks_permits TO app;
 //! GRANT USAGE ON SEQUENCE leasehold_locks_fence_seq TO app;
 //! ```
+//!
+//! Tables made by 0.2 get the column `permits` in `<table>_permits` at the first connect (an
+//! `ALTER TABLE … ADD COLUMN IF NOT EXISTS permits integer DEFAULT NULL`, which needs the table's
+//! owner: run it as the owner once if the application's role may not alter the table).
 //!
 //! The role then cannot drop, truncate or alter the tables, nor move the fence sequence, nor
 //! create tables (PostgreSQL 15+; on 14, `REVOKE CREATE ON SCHEMA public FROM PUBLIC`). Anyone who

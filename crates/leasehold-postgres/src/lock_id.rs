@@ -91,6 +91,16 @@ pub(crate) fn semaphore_internal(what: &str, table: &str, prefixed_key: &[u8]) -
     )
 }
 
+/// The advisory lock every holder of a semaphore (advisory mode) holds in shared mode beside its
+/// slot, naming the size it was granted under: the high 48 bits are the semaphore's (hashed like
+/// [`semaphore_internal`]), the low 16 bits are `permits` (at most [`leasehold_core::MAX_PERMITS`],
+/// which fits). So `pg_locks` shows, by `classid` and the high half of `objid`, which sizes a
+/// semaphore's live holders hold, and by the low half of `objid`, each one's size.
+pub(crate) fn semaphore_size_id(prefixed_key: &[u8], permits: u32) -> i64 {
+    let (base, _) = semaphore_internal("size", "", prefixed_key);
+    ((base as u64 & !0xffff) | u64::from(permits & 0xffff)) as i64
+}
+
 /// Lowercase hex, as SQL's `decode(…, 'hex')` reads it and channel names need it.
 pub(crate) fn hex(bytes: &[u8]) -> String {
     hex::encode(bytes)
@@ -124,5 +134,16 @@ mod tests {
         assert_ne!(q, semaphore_internal("count", "", b"leasehold:a").0);
         assert!(ch.len() < 63);
         assert_eq!(hex(b"\x00\xab\xff"), "00abff");
+        let (three, five) = (
+            semaphore_size_id(b"leasehold:a", 3),
+            semaphore_size_id(b"leasehold:a", 5),
+        );
+        assert_eq!((three & 0xffff, five & 0xffff), (3, 5));
+        assert_eq!(three >> 16, five >> 16, "one semaphore, one high part");
+        assert_ne!(three >> 16, semaphore_size_id(b"leasehold:b", 3) >> 16);
+        assert_eq!(
+            semaphore_size_id(b"leasehold:a", leasehold_core::MAX_PERMITS) & 0xffff,
+            i64::from(leasehold_core::MAX_PERMITS)
+        );
     }
 }

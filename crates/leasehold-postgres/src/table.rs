@@ -21,7 +21,7 @@ use crate::lock_id::{hex, semaphore_internal, wait_queue};
 use crate::session::{describe, last_value, number, Conn, Failure, Pools, Session};
 use crate::waiting::{bounded_wait, hold_place, join_queue, Line};
 use crate::{acquiring, call_rows, created_meanwhile, timed, with_session, Ask};
-use leasehold_core::wait::{held_elsewhere, Turn, Waiter, Wake, Woken};
+use leasehold_core::wait::{held_elsewhere, other_size, Turn, Waiter, Wake, Woken};
 use leasehold_core::{
     Deadline, Error, Key, KeyInfo, LeaseKind, Permits, RawLease, Result, Token, Ttl,
 };
@@ -106,7 +106,9 @@ impl Table {
                 Err(e) => return Err(e),
             }
         }
-        for holders in [&self.shares, &self.permits] {
+        // A permit's row also says the size it was granted under (NULL: a row of 0.2, size
+        // unknown, which binds nobody).
+        for (holders, size) in [(&self.shares, ""), (&self.permits, "permits integer, ")] {
             let literal = holders.replace('\'', "''");
             let exists = session.rows(
                 &self.bounded(&format!("SELECT to_regclass('{literal}') IS NOT NULL")),
@@ -121,6 +123,7 @@ impl Table {
                    token text NOT NULL, \
                    fence bigint NOT NULL, \
                    expires_at timestamptz NOT NULL, \
+                   {size}\
                    PRIMARY KEY (key, token))"
             );
             match session.rows(&self.bounded(&create), deadline) {
@@ -129,6 +132,7 @@ impl Table {
                 Err(e) => return Err(e),
             }
         }
+        self.add_size_column(session, deadline)?;
         let seq = session.rows(
             &self.bounded(&format!(
                 "SELECT pg_get_serial_sequence('{literal}', 'fence')::regclass::oid"
@@ -139,6 +143,33 @@ impl Table {
             .and_then(|t| t.parse().ok())
             .unwrap_or(0);
         Ok(())
+    }
+
+    /// Gives a permits table made by 0.2 its `permits` column, looking first, so a role that may
+    /// not alter the table can use one its owner has upgraded. The column is nullable with no
+    /// default: adding it rewrites nothing, and old rows read NULL (size unknown, binds nobody).
+    fn add_size_column(&self, session: &mut Session, deadline: Deadline) -> Result<(), Failure> {
+        let literal = self.permits.replace('\'', "''");
+        let has = session.rows(
+            &self.bounded(&format!(
+                "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('{literal}') \
+                   AND attname = 'permits' AND NOT attisdropped)"
+            )),
+            deadline,
+        )?;
+        if last_value(&has, 0) == Some("t") {
+            return Ok(());
+        }
+        let alter = format!(
+            "ALTER TABLE {} ADD COLUMN IF NOT EXISTS permits integer DEFAULT NULL",
+            self.permits
+        );
+        match session.rows(&self.bounded(&alter), deadline) {
+            Ok(_) => Ok(()),
+            // Another client added it at the same moment.
+            Err(e) if created_meanwhile(&e) || e.code() == Some("42701") => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     fn bounded(&self, sql: &str) -> String {
@@ -356,6 +387,9 @@ const FREED: &str = "freed";
 const GRANTED: &str = "current_setting('leasehold.grant', true)";
 /// Whether the acquire's first statement found the queue empty (took the queue lock).
 const HEAD: &str = "current_setting('leasehold.head', true) = 'true'";
+/// Whether the permit attempt before refused for live holders of another size (same implicit
+/// transaction); never for the other kinds, which do not set it.
+const SIZE_REFUSED: &str = "coalesce(current_setting('leasehold.size', true), '') <> ''";
 
 /// `name` + `suffix` as one identifier of at most 63 bytes: a name too long for the suffix is cut
 /// and told apart by a hash of the whole.
@@ -430,7 +464,9 @@ fn check_owner(lease: &mut RawLease) -> Result<()> {
 ///
 /// Semaphores: one row per permit in the permits table; a grant counts the live rows under a
 /// transaction advisory lock of the semaphore's own (so two grants never count at once), reclaims
-/// expired rows in the same statement, and draws a fence above every permit row's.
+/// expired rows in the same statement, and draws a fence above every permit row's. Each row also
+/// says the size it was granted under (`permits`), and a live row of another size refuses the
+/// attempt (`InvalidArgument`), checked with the count under the same lock.
 impl Table {
     /// The statements of one shared attempt, gated by the SQL boolean `gate`. The last statement
     /// gives the fence (NULL when not granted) and the exclusive holder's time left in ms.
@@ -468,7 +504,11 @@ impl Table {
     }
 
     /// One permit attempt, gated by `gate`; the last statement gives the fence (NULL when not
-    /// granted) and the time left of the permit that expires first, in ms.
+    /// granted), the time left of the permit that expires first, in ms, and (column 3, also left in
+    /// `leasehold.size` for the statements after it) the size of a live permit granted under
+    /// another size than `permits`, or '': then nothing is granted. A grant counts and checks the
+    /// sizes under the semaphore's count lock, so two sizes are never granted at once; a newcomer
+    /// that is not gated is refused on what its snapshot saw, which was live then.
     fn permit_attempt(
         &self,
         prefixed: &[u8],
@@ -482,20 +522,23 @@ impl Table {
             "SELECT CASE WHEN {gate} THEN pg_advisory_xact_lock({count}) END; \
              WITH c AS (SELECT max(fence) AS top, \
                                count(*) FILTER (WHERE expires_at > clock_timestamp()) AS live, \
-                               min(expires_at) FILTER (WHERE expires_at > clock_timestamp()) AS first \
+                               min(expires_at) FILTER (WHERE expires_at > clock_timestamp()) AS first, \
+                               max(permits) FILTER (WHERE expires_at > clock_timestamp() \
+                                                      AND permits <> {n}) AS other \
                         FROM {p} WHERE key = decode('{key_hex}', 'hex')), \
                   gone AS (DELETE FROM {p} WHERE key = decode('{key_hex}', 'hex') \
                            AND expires_at <= clock_timestamp() AND {gate}), \
-                  ins AS (INSERT INTO {p} (key, token, fence, expires_at) \
+                  ins AS (INSERT INTO {p} (key, token, fence, expires_at, permits) \
                           SELECT decode('{key_hex}', 'hex'), '{token}', \
                                  greatest(coalesce(c.top, 0) + 1, nextval({seq}::regclass), \
                                           floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint), \
-                                 clock_timestamp() + interval '1 millisecond' * {ms} \
-                          FROM c WHERE {gate} AND c.live < {n} RETURNING fence) \
+                                 clock_timestamp() + interval '1 millisecond' * {ms}, {n} \
+                          FROM c WHERE {gate} AND c.live < {n} AND c.other IS NULL RETURNING fence) \
              SELECT (SELECT fence FROM ins), \
                     (SELECT ceil(extract(epoch FROM first - clock_timestamp()) * 1000)::bigint FROM c), \
                     set_config('leasehold.grant', \
-                               CASE WHEN EXISTS (SELECT 1 FROM ins) THEN '{token}' ELSE '' END, true)",
+                               CASE WHEN EXISTS (SELECT 1 FROM ins) THEN '{token}' ELSE '' END, true), \
+                    set_config('leasehold.size', coalesce((SELECT other FROM c)::text, ''), true)",
             p = self.permits,
             key_hex = hex(prefixed),
             seq = self.fence_seq,
@@ -537,6 +580,9 @@ impl Table {
         let (mut conn, result) = timed(pools, deadline, |s| s.statements(&sql, deadline))?;
         let (sent, statements) = result.map_err(|e| pools.failed("acquire", &e))?;
         self.maybe_sweep(&mut conn, deadline);
+        if let Some(refusal) = size_refusal(key, statements.last(), kind)? {
+            return Err(refusal);
+        }
         match number::<i64>(fence_of(&statements))? {
             Some(fence) => Ok(new_lease(key, token, fence, ttl, sent, kind)),
             None => Err(refused(key, kind)),
@@ -752,6 +798,21 @@ fn lost_unless(live: Option<bool>) -> Result<()> {
     }
 }
 
+/// The refusal of a permit attempt whose last statement ([`Table::permit_attempt`]) found live
+/// holders granted under another size; `None` for other kinds, which have no size.
+fn size_refusal(
+    key: &Key,
+    rows: Option<&Vec<SimpleQueryRow>>,
+    kind: LeaseKind,
+) -> Result<Option<Error>> {
+    let LeaseKind::Permit(asked) = kind else {
+        return Ok(None);
+    };
+    let other = rows.and_then(|rows| last_value(rows, 3));
+    let held = number::<u32>(other.filter(|o| !o.is_empty()))?;
+    Ok(held.map(|held| other_size(key, held, asked.get())))
+}
+
 fn refused(key: &Key, kind: LeaseKind) -> Error {
     match kind {
         LeaseKind::Permit(n) => Error::NotAcquired(format!(
@@ -769,6 +830,9 @@ enum First {
     Refused {
         head: bool,
     },
+    /// A permit refused for live holders of this other size; nothing is kept (the queue lock
+    /// taken to tell is given back in the same round trip).
+    OtherSize(Error),
 }
 
 /// A waiting acquire in table mode, of any kind (see the module docs): first an attempt that takes
@@ -853,8 +917,10 @@ impl<'a> QueueWaiter<'a> {
             _ => {
                 let kept = if keep {
                     format!(
-                        ", CASE WHEN {GRANTED} = '{t}' AND {HEAD} THEN pg_advisory_unlock({queue}) END, \
-                         CASE WHEN {HEAD} AND {GRANTED} IS DISTINCT FROM '{t}' THEN {} END",
+                        ", CASE WHEN {HEAD} AND ({GRANTED} = '{t}' OR {SIZE_REFUSED}) \
+                             THEN pg_advisory_unlock({queue}) END, \
+                         CASE WHEN {HEAD} AND {GRANTED} IS DISTINCT FROM '{t}' AND NOT {SIZE_REFUSED} \
+                             THEN {} END",
                         hold_place()
                     )
                 } else {
@@ -888,11 +954,13 @@ impl<'a> QueueWaiter<'a> {
                 statements.last().and_then(|rows| last_value(rows, 0)) == Some("true"),
             ),
         };
-        let first = match fence {
-            Some(fence) => {
+        let refusal = size_refusal(ask.key, statements.get(n.wrapping_sub(2)), self.kind)?;
+        let first = match (fence, refusal) {
+            (_, Some(refusal)) => First::OtherSize(refusal),
+            (Some(fence), None) => {
                 First::Granted(new_lease(ask.key, token, fence, ask.ttl, sent, self.kind))
             }
-            None => First::Refused { head },
+            (None, None) => First::Refused { head },
         };
         Ok((conn, first))
     }
@@ -941,6 +1009,7 @@ impl<'a> QueueWaiter<'a> {
                 (number::<i64>(last_value(&rows, 0))?, rows)
             }
         };
+        let refusal = size_refusal(ask.key, Some(&rows), kind)?;
         // The session goes back to the pool with the idle timeout it had. If leaving fails, the
         // session is closed (poisoned), which also ends its LISTEN and frees the queue; a lease
         // got here is ours either way.
@@ -950,6 +1019,10 @@ impl<'a> QueueWaiter<'a> {
                 "UNLISTEN \"{channel}\"; {unlock}RESET idle_session_timeout"
             ))
         };
+        if let Some(refusal) = refusal {
+            drop(self.line.leave(&leave(&unlock), call));
+            return Err(refusal);
+        }
         match fence {
             Some(fence) => {
                 let lease = new_lease(ask.key, token, fence, ask.ttl, sent, kind);
@@ -982,6 +1055,7 @@ impl Waiter for QueueWaiter<'_> {
             // over at once) only looks, and keeps nothing.
             let (conn, head) = match self.first(!last, call)? {
                 (_, First::Granted(lease)) => return Ok(Turn::Granted(lease)),
+                (_, First::OtherSize(refusal)) => return Err(refusal),
                 (conn, First::Refused { head }) => (conn, head),
             };
             if last {

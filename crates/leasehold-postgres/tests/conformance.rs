@@ -75,11 +75,13 @@ fn table_shared() {
 #[test]
 fn advisory_semaphore() {
     conformance::run_semaphore(&|| client("lock=advisory"));
+    conformance::run_semaphore_size(&|| client("lock=advisory"));
 }
 
 #[test]
 fn table_semaphore() {
     conformance::run_semaphore(&|| client("lock=table&table=semaphore_locks"));
+    conformance::run_semaphore_size(&|| client("lock=table&table=semaphore_locks"));
 }
 
 #[test]

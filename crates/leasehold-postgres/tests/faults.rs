@@ -1,4 +1,4 @@
-//! What happens to holders that die, stop, or lose their session, and the seeds' scenarios, in both
+//! What happens to holders that die, stop, or lose their session, and the lease-expiry scenarios, in both
 //! modes, against a real PostgreSQL.
 
 mod common;
@@ -359,7 +359,7 @@ fn holder_process_releases_normally() {
     }
 }
 
-/// The seeds' fencing scenario end to end: A's lease expires while A is paused, B takes the key and
+/// The fencing scenario end to end: A's lease expires while A is paused, B takes the key and
 /// writes; A's late write carries an older fence, and the protected store (a PostgreSQL table here)
 /// rejects it with `UPDATE … WHERE last_fence < :fence`.
 fn stale_writer_is_fenced_off(query: &str) {

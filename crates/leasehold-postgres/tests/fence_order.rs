@@ -97,7 +97,7 @@ fn table_fences_follow_the_grant_order_of_racing_acquirers() {
     assert!(seen.len() > 100, "too few grants to race: {}", seen.len());
     assert_eq!(out_of_order, 0, "fences out of grant order: {fences:?}");
 
-    // CONTRACT §1 as a client sees it: an acquisition that began after another returned has the
+    // Fence order (`docs/semantics.md` §2) as a client sees it: an acquisition that began after another returned has the
     // larger fence.
     let mut by_return = seen.clone();
     by_return.sort_by_key(|s| s.1);

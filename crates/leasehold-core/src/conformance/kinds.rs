@@ -44,8 +44,8 @@ pub fn run_semaphore(new_client: &dyn Fn() -> Client) {
 }
 
 /// One size per semaphore: while it has holders, an acquire with another `permits` is
-/// `InvalidArgument`. Run by the backends that store the size with the holders (Redis and its
-/// topologies, Redlock); local files, PostgreSQL and MySQL do not yet.
+/// `InvalidArgument`, at once; a new size is free once every holder is gone. Every backend runs
+/// it beside [`run_semaphore`] (a self-check backend may offer permits without it).
 pub fn run_semaphore_size(new_client: &dyn Fn() -> Client) {
     let checks: &[Check] = &[(
         "a_semaphore_refuses_another_size_while_held",
