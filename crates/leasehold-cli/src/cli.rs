@@ -43,6 +43,33 @@ pub enum Command {
     /// Load-test a backend: lock cycles per second, latency percentiles, handoff latency, errors.
     #[command(after_help = crate::exit::TABLE)]
     Bench(BenchArgs),
+    /// Print the counters that PHP workers wrote under DIR (PoolMetrics::flush), summed per pool,
+    /// as Prometheus text. Needs no backend.
+    #[command(after_help = METRICS_AFTER_HELP)]
+    Metrics(MetricsArgs),
+}
+
+const METRICS_AFTER_HELP: &str = "\
+Each pool is a directory DIR/<pool> holding one file per PHP worker (and retired.json for the workers
+that exited); every series gets a pool label. The text is the same as PoolMetrics::render(DIR) prints.
+
+Example (a node_exporter textfile collector, every minute):
+  * * * * * leasehold metrics --dir /run/leasehold-metrics > /var/lib/node_exporter/leasehold.prom.tmp && mv /var/lib/node_exporter/leasehold.prom.tmp /var/lib/node_exporter/leasehold.prom
+
+Exit status:
+  0      success (no pool under DIR prints nothing)
+  64     usage: bad option
+  66     DIR does not exist or is not a directory";
+
+#[derive(Debug, Args)]
+pub struct MetricsArgs {
+    /// The directory given to PoolMetrics::flush().
+    #[arg(long, value_name = "DIR")]
+    pub dir: std::path::PathBuf,
+
+    /// One series per worker (label worker: its pid, or \"retired\") instead of one per pool.
+    #[arg(long)]
+    pub per_worker: bool,
 }
 
 const RUN_AFTER_HELP: &str = "\

@@ -6,6 +6,8 @@ use leasehold::{Error, ErrorKind};
 
 /// Bad usage: an unknown option, a bad duration, URL, key or TTL (`EX_USAGE`).
 pub const USAGE: u8 = 64;
+/// `metrics`: the directory does not exist or is not a directory (`EX_NOINPUT`).
+pub const NO_INPUT: u8 = 66;
 /// The backend could not be reached or answered with an error (`EX_UNAVAILABLE`).
 pub const UNAVAILABLE: u8 = 69;
 /// A bug in Leasehold (`EX_SOFTWARE`).
@@ -33,6 +35,7 @@ Exit status:
   N      run: the command's own exit status; 128+N if it was killed by signal N
   0      status, bench: success
   64     usage: bad option, duration, URL, key or TTL
+  66     metrics: DIR does not exist or is not a directory
   69     the backend is unavailable (unreachable, refused, timed out)
   70     internal error (a bug in Leasehold)
   71     run: the command could not be started (other than 126/127)

@@ -4,6 +4,7 @@
 //! leasehold run [--url URL] [--ttl 30s] [--wait 0s] [--on-lost term|kill|ignore] [--grace 10s] [-q] KEY -- COMMAND [ARG…]
 //! leasehold status [--url URL] [--json] KEY
 //! leasehold bench [--url URL] [--workers 4] [--keys 1] [--duration 10s] [--json]
+//! leasehold metrics --dir DIR [--per-worker]
 //! ```
 //!
 //! The backend URL comes from `--url`, else `LEASEHOLD_URL`, else the embedded local backend (files
@@ -21,8 +22,9 @@
 //! | code | meaning |
 //! |---|---|
 //! | N | `run`: the command's own exit status; 128+N if it was killed by signal N |
-//! | 0 | `status`, `bench`: success |
+//! | 0 | `status`, `bench`, `metrics`: success |
 //! | 64 | usage: bad option, duration, URL, key or TTL (`EX_USAGE`) |
+//! | 66 | `metrics`: DIR does not exist or is not a directory (`EX_NOINPUT`) |
 //! | 69 | the backend is unavailable: unreachable, refused, timed out (`EX_UNAVAILABLE`) |
 //! | 70 | internal error, a bug in Leasehold (`EX_SOFTWARE`) |
 //! | 71 | `run`: the command could not be started, other than 126/127 (`EX_OSERR`) |
@@ -47,6 +49,7 @@ mod child;
 mod cli;
 mod exit;
 mod latency;
+mod metrics;
 mod once;
 mod run;
 mod status;
@@ -106,6 +109,10 @@ fn last_panic() -> String {
 }
 
 fn dispatch(cli: &Cli) -> Result<u8, Failure> {
+    // Reads files that PHP workers wrote: no backend to connect to.
+    if let Command::Metrics(args) = &cli.command {
+        return metrics::metrics(args);
+    }
     let url = cli.url.clone().unwrap_or_else(leasehold::default_url);
     let config = leasehold::Config::parse(&url)?;
     let described = config.describe();
@@ -115,6 +122,7 @@ fn dispatch(cli: &Cli) -> Result<u8, Failure> {
         Command::Once(args) => once::once(&client, args),
         Command::Status(args) => status::status(&client, &described, args),
         Command::Bench(args) => bench::bench(&client, &described, args),
+        Command::Metrics(_) => unreachable!("handled before connecting"),
     }
 }
 
