@@ -1,4 +1,4 @@
-//! The handoff benchmark (issue 7): 8 processes contend for one key on each backend, once with the
+//! The handoff benchmark: 8 processes contend for one key on each backend, once with the
 //! backend's native waiting and once with a 100 ms polling waiter (Symfony Lock's default), in the
 //! same run. Prints handoff latency (holder's release → next holder's acquire) p50/p99, lock cycles
 //! per second, and the wait distribution (fairness).

@@ -1,4 +1,4 @@
-//! The floor of a cross-process handoff through Redis (issue 16): one message from the server to a
+//! The floor of a cross-process handoff through Redis: one message from the server to a
 //! process blocked waiting for it, with nothing else. 8 waiter processes each block in `BLPOP` on a
 //! list of their own (raw RESP, no client library); the parent pushes the current `CLOCK_MONOTONIC`
 //! (shared by every process of the machine) onto one waiter's list at a time, and that waiter reports

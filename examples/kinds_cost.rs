@@ -1,4 +1,4 @@
-//! What a shared lock and a semaphore permit cost beside the plain lock (issue 15): uncontended
+//! What a shared lock and a semaphore permit cost beside the plain lock: uncontended
 //! acquire + release cycles of each kind on every backend, in the same run, rounds interleaved so
 //! drift in machine load hits all three alike; the figure is the median of the rounds. Servers are
 //! started by this program on free loopback ports.

@@ -1,4 +1,4 @@
-//! What counting costs (issue 9): lock cycles with and without the per-client counters, in the same
+//! What counting costs: lock cycles with and without the per-client counters, in the same
 //! run, on the local backend and on a redis-server this program starts. Rounds alternate between the
 //! two clients so drift in machine load hits both alike; the figure is the median of the rounds.
 //!

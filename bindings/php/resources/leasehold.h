@@ -1,5 +1,5 @@
 /*
- * The C ABI of libleasehold (CONTRACT.md §3) in the subset of C that PHP's FFI parser reads:
+ * The C ABI of libleasehold in the subset of C that PHP's FFI parser reads:
  * no #include, no preprocessor. Keep in step with include/leasehold.h.
  */
 typedef struct leasehold_client leasehold_client;

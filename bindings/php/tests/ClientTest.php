@@ -20,7 +20,7 @@ use Leasehold\Tests\Support\TempDir;
 /** Connecting, loading the library, and the exception hierarchy: what does not depend on a backend. */
 final class ClientTest extends LeaseholdTestCase
 {
-    /** CONTRACT.md §5: bad URLs are InvalidArgumentException, with a message that says what is wrong. */
+    /** Bad URLs are InvalidArgumentException, with a message that says what is wrong. */
     public function testBadUrlsAreInvalidArguments(): void
     {
         $dir = new TempDir('urls');

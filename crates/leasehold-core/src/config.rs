@@ -1,4 +1,4 @@
-//! One URL chooses the backend (CONTRACT.md §2). This module parses it into a typed [`Config`]; backends
+//! One URL chooses the backend (the README's URL table). This module parses it into a typed [`Config`]; backends
 //! never see the raw string except PostgreSQL's connection part, which its driver parses.
 //!
 //! The scheme picks the parser: `file.rs`, `redis.rs` (every Redis scheme, Redlock's and Cluster's

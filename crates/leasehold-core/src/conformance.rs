@@ -1,4 +1,4 @@
-//! The conformance suite: the whole contract of CONTRACT.md §1, run against any backend. Every
+//! The conformance suite: the whole lease contract of `docs/semantics.md`, run against any backend. Every
 //! backend's tests call [`run`] (and [`mutual_exclusion`] for contention). Failures panic with the
 //! name of the check, as a test wants.
 //!
@@ -205,7 +205,7 @@ fn expired_lease_is_taken_over(a: &Client, b: &Client) {
     assert_eq!(kind(lease.release()), ErrorKind::Lost);
 }
 
-/// The seeds' central scenario: A's lease expires during its work, B takes the key, A's late release
+/// The central scenario of fencing: A's lease expires during its work, B takes the key, A's late release
 /// is refused and B still holds the key.
 fn late_release_is_lost_and_holder_keeps_key(a: &Client, b: &Client) {
     let k = key("late-release");

@@ -1,6 +1,6 @@
 //! One deadline per operation.
 //!
-//! CONTRACT §1 bounds every call: `acquire` returns within `wait + connect_timeout + io_timeout`,
+//! Every call is bounded (`docs/semantics.md` §4): `acquire` returns within `wait + connect_timeout + io_timeout`,
 //! every other call within `connect_timeout + io_timeout`. A backend that gave each step (pool
 //! checkout, connect, a retry on a stale connection, a Redlock round) a fresh timeout of its own
 //! would add them up past that bound. Instead an operation makes one [`Deadline`] when it starts and

@@ -1,4 +1,4 @@
-//! The one error type of Leasehold. Its kinds are exactly those of the public contract (CONTRACT.md §1),
+//! The one error type of Leasehold. Its kinds are exactly those of the public contract (`docs/semantics.md` §1),
 //! and each maps one-to-one onto a C status and a PHP exception.
 
 use std::fmt;

@@ -3,7 +3,7 @@
 use crate::error::{Error, Result};
 use std::fmt;
 
-/// The most permits a semaphore may have (CONTRACT §3).
+/// The most permits a semaphore may have (a documented limit of the C ABI and every backend).
 pub const MAX_PERMITS: u32 = 65_535;
 
 /// How a lease holds its key.

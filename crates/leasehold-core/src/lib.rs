@@ -46,7 +46,7 @@ pub use key::{Key, MAX_KEY_LEN};
 pub use kind::{LeaseKind, Permits, MAX_PERMITS};
 pub use lease::{KeepAliveHook, Lease};
 pub use raw_lease::RawLease;
-pub use secret::Secret;
+pub use secret::{Secret, Secrets};
 pub use stats::{HistogramSnapshot, StatsSnapshot};
 pub use token::Token;
 pub use ttl::{check_wait, Ttl, MAX_TTL, MAX_WAIT};

@@ -1,7 +1,7 @@
 //! Host name resolution under a deadline.
 //!
 //! `getaddrinfo` has no timeout of its own: a resolver that does not answer can hold a caller for
-//! the resolver's full retry schedule (tens of seconds), far past CONTRACT §1's bound. Literal
+//! the resolver's full retry schedule (tens of seconds), far past a call's bound (`docs/semantics.md` §4). Literal
 //! addresses need no lookup; a name is looked up on a short-lived thread, and the caller stops
 //! waiting when the deadline passes (the thread finishes on its own and its answer is dropped).
 //! A plain std thread, created on demand, keeps this usable after `fork()`.

@@ -29,6 +29,38 @@ impl fmt::Display for Secret {
     }
 }
 
+/// The secrets of one configuration, kept for masking error messages. Reads as a slice of the
+/// values (for [`redact`]); `Debug` prints only how many there are, so a struct that derives
+/// `Debug` over it cannot leak one.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct Secrets(Vec<String>);
+
+impl Secrets {
+    pub fn new(secrets: Vec<String>) -> Self {
+        Secrets(secrets)
+    }
+}
+
+impl From<Vec<String>> for Secrets {
+    fn from(secrets: Vec<String>) -> Self {
+        Secrets(secrets)
+    }
+}
+
+impl std::ops::Deref for Secrets {
+    type Target = [String];
+
+    fn deref(&self) -> &[String] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Secrets({} hidden)", self.0.len())
+    }
+}
+
 /// Masks every occurrence of each non-empty secret in `text`, also in its percent-encoded form, since
 /// drivers sometimes echo the URL they were given.
 pub fn redact<S: AsRef<str>>(text: &str, secrets: &[S]) -> String {
@@ -54,6 +86,13 @@ mod tests {
         let s = Secret::new("hunter2");
         assert_eq!(format!("{s} {s:?}"), "*** ***");
         assert_eq!(s.expose(), "hunter2");
+    }
+
+    #[test]
+    fn secret_lists_never_format() {
+        let s = Secrets::new(vec!["hunter2".into(), "s3cret".into()]);
+        assert_eq!(format!("{s:?}"), "Secrets(2 hidden)");
+        assert_eq!(redact("hunter2", &s), "***");
     }
 
     #[test]

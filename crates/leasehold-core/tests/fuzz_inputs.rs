@@ -1,4 +1,4 @@
-//! Property tests of every input boundary in core (issue 17): the URL parser never panics, never echoes
+//! Property tests of every input boundary in core: the URL parser never panics, never echoes
 //! a password, and gives back exactly what a valid URL says; key, TTL and wait validation accept
 //! exactly the documented ranges and never panic. `PROPTEST_CASES=100000 cargo test -p leasehold-core
 //! --test fuzz_inputs --release` runs a longer campaign; CI runs the default (256 cases per property).

@@ -1,5 +1,5 @@
 //! The lease lifecycle core owns for every backend: validity dated from the first send, and every
-//! unknown outcome counted as a loss until a later call is confirmed (CONTRACT §8). A scripted
+//! unknown outcome counted as a loss until a later call is confirmed (`docs/semantics.md` §3). A scripted
 //! backend plays the server's side, so each rule is shown on its own, with no network in between.
 //! Its own test binary: the simulated suspend moves the clock for the whole process.
 

@@ -1,4 +1,4 @@
-//! Issue 12, item 8: the first version kept lease deadlines on CLOCK_MONOTONIC, which stops while the
+//! The first version kept lease deadlines on CLOCK_MONOTONIC, which stops while the
 //! host is suspended, while every backend's TTL keeps running; after waking, `remaining()` overstated
 //! by the time slept. Deadlines are on the boot clock now, which counts suspend. Its own test binary:
 //! the simulated suspend moves the clock for the whole process.

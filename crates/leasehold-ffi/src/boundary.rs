@@ -92,17 +92,19 @@ pub(crate) fn text<'a>(ptr: *const c_char, name: &str) -> Result<&'a str> {
         .map_err(|_| Error::invalid(format!("{name} is not valid UTF-8")))
 }
 
-/// The secrets of one client's URL, shared by the client and its leases.
-pub(crate) struct Secrets(Vec<String>);
+/// The secrets of one client's URL (core's [`Secrets`], which never formats them), shared by the
+/// client and its leases.
+pub(crate) use leasehold::Secrets;
 
-impl Secrets {
-    pub(crate) fn new(secrets: Vec<String>) -> Self {
-        Secrets(secrets)
-    }
-
+/// Masking of errors by a client's secrets, before they cross the boundary.
+pub(crate) trait Redact {
     /// `error` with every secret masked.
-    pub(crate) fn redact(&self, error: Error) -> Error {
-        redacted(error, &self.0)
+    fn redact(&self, error: Error) -> Error;
+}
+
+impl Redact for Secrets {
+    fn redact(&self, error: Error) -> Error {
+        redacted(error, self)
     }
 }
 

@@ -1,6 +1,6 @@
 //! `leasehold_client`: one backend, shared by threads, rebuilt in a child after fork().
 
-use crate::boundary::Secrets;
+use crate::boundary::{Redact, Secrets};
 use leasehold::fork::{self, PerProcess};
 use leasehold::interrupt::Interrupts;
 use leasehold::{Client, Config, Error, Result};

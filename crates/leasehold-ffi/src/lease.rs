@@ -1,6 +1,6 @@
 //! `leasehold_lease`: a held (or once held) lock, owned by the process that took it.
 
-use crate::boundary::{self, Secrets};
+use crate::boundary::{self, Redact, Secrets};
 use crate::status::leasehold_status;
 use leasehold::{Error, Lease, Result, Ttl};
 use std::ffi::c_char;

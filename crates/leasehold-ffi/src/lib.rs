@@ -1,4 +1,4 @@
-//! Leasehold's C ABI (CONTRACT.md §3): `libleasehold.so` and `libleasehold.a`, described by the
+//! Leasehold's C ABI: `libleasehold.so` and `libleasehold.a`, described by the
 //! generated `include/leasehold.h` (and `include/leasehold_ffi.h` for PHP's `FFI::cdef`).
 //!
 //! Every export checks its pointers and lengths, catches panics (`LEASEHOLD_INTERNAL`, never an

@@ -1,4 +1,4 @@
-//! The status every fallible call returns, with the values CONTRACT.md fixes forever.
+//! The status every fallible call returns, with values fixed forever (`docs/semantics.md` §1).
 
 use leasehold::ErrorKind;
 

@@ -1,6 +1,6 @@
 //! `cargo bench -p leasehold-redis`: the uncontended lock cycle (try_acquire + release of a fresh key,
 //! one thread) next to the floor it is compared with, measured in the same run against servers this
-//! bench starts on free loopback ports (issue 16's targets):
+//! bench starts on free loopback ports (the goals in the README's performance section):
 //!
 //! - `redis/cycle` beside two raw PING round trips on one connection, and `redis/cycle_vs_set_del`
 //!   beside a raw `SET NX PX` + a compare-and-`DEL` script (the least a lock can send), both on a raw

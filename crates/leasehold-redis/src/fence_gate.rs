@@ -23,25 +23,9 @@ use std::sync::LazyLock;
 /// Returns `{1, fence}` when written, `{0, stored}` when refused; an error reply for a fence not
 /// so written, given or stored (something other than the gate wrote the hash). The fence is
 /// checked here too, so the script is safe to call as is from any client: this text is the one
-/// docs/gate.md shows for `EVAL` from other languages and the shell.
-pub const SCRIPT: &str = r"
-local fence = ARGV[2]
-if not string.match(fence, '^[1-9]%d*$') or #fence > 20
-    or (#fence == 20 and fence > '18446744073709551615') then
-  return redis.error_reply('ERR leasehold fence gate: the fence must be a decimal number from 1 to 2^64-1')
-end
-local stored = redis.call('HGET', KEYS[1], 'fence')
-if stored then
-  if not string.match(stored, '^[1-9]%d*$') then
-    return redis.error_reply('ERR leasehold fence gate: the stored fence is not a decimal number')
-  end
-  if #stored > #fence or (#stored == #fence and stored > fence) then
-    return {0, stored}
-  end
-end
-redis.call('HSET', KEYS[1], 'value', ARGV[1], 'fence', fence)
-return {1, fence}
-";
+/// docs/gate.md shows for `EVAL` from other languages and the shell. It lives in
+/// `src/lua/fence_gate.lua`, included as it is.
+pub const SCRIPT: &str = include_str!("lua/fence_gate.lua");
 
 static SET_FENCED_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(SCRIPT));
 

@@ -15,7 +15,7 @@ use crate::scripts::{ACQUIRE_SCRIPT, ALL, EXTEND_SCRIPT, INSPECT_SCRIPT, RELEASE
 use crate::wire::Wire;
 use leasehold_core::config::RedisServer;
 use leasehold_core::pool::{ManageConnection, Pool, PooledConnection};
-use leasehold_core::{Deadline, Error, KeyInfo, Result, Token, Ttl};
+use leasehold_core::{Deadline, Error, KeyInfo, Result, Secrets, Token, Ttl};
 use redis::{
     from_redis_value, ConnectionLike, ErrorKind, FromRedisValue, RedisError, RedisResult, Script,
     ServerErrorKind, Value,
@@ -81,7 +81,7 @@ pub struct Node {
     /// Makes the one-off connection of [`Node::check`], outside the pools.
     probe: Manager,
     settings: ConnectSettings,
-    secrets: Vec<String>,
+    secrets: Secrets,
     blocks_fractionally: bool,
     /// How long a key's fence counter is kept after its last acquisition (see the crate docs).
     fence_retention: Duration,
@@ -361,7 +361,7 @@ impl Node {
         server: &RedisServer,
         settings: ConnectSettings,
         pool_size: u32,
-        secrets: Vec<String>,
+        secrets: Secrets,
     ) -> Result<Node> {
         let deadline = Deadline::for_call(settings.connect_timeout, settings.io_timeout);
         let mut node = Node::unchecked(server, settings, pool_size, secrets)?;
@@ -378,7 +378,7 @@ impl Node {
         server: &RedisServer,
         settings: ConnectSettings,
         pool_size: u32,
-        secrets: Vec<String>,
+        secrets: Secrets,
     ) -> Result<Node> {
         let name = if server.host.starts_with('/') {
             format!("unix:{}", server.host)

@@ -88,15 +88,19 @@ impl RedisBackend {
         let template = NodeTemplate {
             settings: settings.clone(),
             pool_size: config.pool_size,
-            secrets: config.secrets(),
+            secrets: config.secrets().into(),
             fence_retention: DEFAULT_FENCE_RETENTION,
             replicas: config.redis.replicas,
             replicas_timeout: config.redis.replicas_timeout,
         };
         let deadline = Deadline::for_call(settings.connect_timeout, settings.io_timeout);
         let single = |server: &RedisServer| -> Result<Topology> {
-            let mut node =
-                Node::connect(server, settings.clone(), config.pool_size, config.secrets())?;
+            let mut node = Node::connect(
+                server,
+                settings.clone(),
+                config.pool_size,
+                config.secrets().into(),
+            )?;
             node.set_replicas(config.redis.replicas, config.redis.replicas_timeout);
             Ok(Topology::Single(Arc::new(node)))
         };

@@ -25,7 +25,7 @@ use crate::connection::ConnectSettings;
 use crate::keys::RedisKeys;
 use crate::node::{Failure, Hint, Node, Via};
 use leasehold_core::config::RedisServer;
-use leasehold_core::{Deadline, Error, Result};
+use leasehold_core::{Deadline, Error, Result, Secrets};
 use redis::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -47,7 +47,7 @@ const LOOKUP_EVERY: Duration = Duration::from_millis(100);
 pub(crate) struct NodeTemplate {
     pub(crate) settings: ConnectSettings,
     pub(crate) pool_size: u32,
-    pub(crate) secrets: Vec<String>,
+    pub(crate) secrets: Secrets,
     pub(crate) fence_retention: Duration,
     pub(crate) replicas: u32,
     pub(crate) replicas_timeout: Duration,

@@ -1,4 +1,4 @@
-//! CONTRACT §1's bounds under a hung server: `acquire` within wait + connect + I/O, the rest
+//! The bounds of `docs/semantics.md` §4 under a hung server: `acquire` within wait + connect + I/O, the rest
 //! within connect + I/O, because every step of an operation draws on one deadline.
 
 mod common;

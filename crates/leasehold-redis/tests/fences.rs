@@ -205,7 +205,7 @@ fn an_acquire_resent_with_our_token_resets_the_expiry() {
         io_timeout: Duration::from_secs(1),
         tls: None,
     };
-    let node = Node::connect(address, settings, 2, Vec::new()).unwrap();
+    let node = Node::connect(address, settings, 2, Default::default()).unwrap();
     let key = leasehold_core::Key::new(unique_key("resend").as_bytes()).unwrap();
     let keys = RedisKeys::new("leasehold:", &key);
     let token = Token::generate().unwrap();

@@ -1,4 +1,4 @@
-//! Shared locks and semaphores across real OS processes (issue 15), on one Redis server and on
+//! Shared locks and semaphores across real OS processes, on one Redis server and on
 //! Redlock over 3: children are this test binary run again with `LEASEHOLD_KINDS_CHILD` naming
 //! what to do (see `child_worker`); they count who is inside in a file mapped `MAP_SHARED`, so a
 //! 4th permit holder or a writer beside anyone is seen whichever process it is in.
@@ -235,7 +235,7 @@ fn permits_never_exceeded(url: &str, name: &str, processes: usize, cycles: u64) 
     assert_eq!(done, processes as u64 * cycles, "{name}: a cycle was lost");
 }
 
-/// Issue 15: 8 processes × 200 cycles on a semaphore of 3 permits never see a 4th holder and lose
+/// 8 processes × 200 cycles on a semaphore of 3 permits never see a 4th holder and lose
 /// no cycle.
 #[test]
 fn eight_processes_share_three_permits() {
@@ -283,7 +283,7 @@ fn readers_and_writers(url: &str, name: &str) {
     assert_eq!(shared.at(CYCLES_DONE).load(Ordering::SeqCst), 6 * cycles);
 }
 
-/// Issue 15: readers and writers on one shared lock never overlap a writer with anyone.
+/// Readers and writers on one shared lock never overlap a writer with anyone.
 #[test]
 fn readers_and_writers_never_overlap_a_writer() {
     let server = RedisServer::start();
@@ -327,7 +327,7 @@ fn writer_beats_a_stream_of_readers(url: &str, name: &str) {
     }
 }
 
-/// Issue 15: an exclusive waiter gets in within a bounded time under a continuous stream of
+/// An exclusive waiter gets in within a bounded time under a continuous stream of
 /// readers (writer preference).
 #[test]
 fn a_writer_gets_past_streaming_readers() {
@@ -376,7 +376,7 @@ fn killed_holders_permit_comes_back(url: &str, name: &str) {
     p.release().unwrap();
 }
 
-/// Issue 15: a SIGKILLed holder's permit comes back after its TTL.
+/// A SIGKILLed holder's permit comes back after its TTL.
 #[test]
 fn a_killed_holders_permit_comes_back() {
     let server = RedisServer::start();
@@ -390,7 +390,7 @@ fn p50(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
-/// The figures of issue 15's note: try_acquire + release of each kind, uncontended, one client,
+/// What each kind costs: try_acquire + release of each kind, uncontended, one client,
 /// µs p50. Printed, never asserted: a time measured in a test fails on a loaded machine (a permit
 /// cycle took 10× a lock's under two busy loops); the round trips each kind costs are asserted in
 /// `one_round_trip_each_and_bounded_state`.

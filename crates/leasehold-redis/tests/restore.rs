@@ -1,4 +1,4 @@
-//! Restore and force-release beyond the conformance suite (issue 14): shared leases restore with
+//! Restore and force-release beyond the conformance suite: shared leases restore with
 //! their own fence, and a force-release frees readers too and wakes the queue's head at once.
 
 mod common;

@@ -1,4 +1,4 @@
-//! The seeds' scenarios against a real redis-server: another owner can neither take nor release a
+//! The lease-expiry and fencing scenarios against a real redis-server: another owner can neither take nor release a
 //! held key; a lease that expires during work is taken over and its late release is refused; a
 //! holder process killed with SIGKILL frees the key at its TTL; fences strictly increase.
 

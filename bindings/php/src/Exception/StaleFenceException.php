@@ -11,7 +11,7 @@ namespace Leasehold\Exception;
  */
 final class StaleFenceException extends \RuntimeException implements LeaseholdException
 {
-    /** The C status of a stale fence (CONTRACT.md §8). */
+    /** The C status of a stale fence (docs/semantics.md §1). */
     public const STATUS = 7;
 
     public function __construct(

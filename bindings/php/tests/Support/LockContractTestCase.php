@@ -543,7 +543,7 @@ abstract class LockContractTestCase extends LeaseholdTestCase
         $lock->release();
     }
 
-    /** CONTRACT.md §5: keys are binary-safe; wildcard and quote characters are plain bytes. */
+    /** Keys are binary-safe; wildcard and quote characters are plain bytes. */
     public function testKeysAreBinarySafe(): void
     {
         $client = $this->client();
@@ -579,7 +579,7 @@ abstract class LockContractTestCase extends LeaseholdTestCase
         }
     }
 
-    /** CONTRACT.md §5 from PHP: every bad input is refused with InvalidArgumentException, and leases survive. */
+    /** Every bad input is refused with InvalidArgumentException, and leases survive. */
     public function testBadInputsAreRefusedAndLeaveLeasesIntact(): void
     {
         $client = $this->client();

@@ -443,3 +443,33 @@ fn lock_delay_is_a_common_parameter() {
         assert!(e.contains("lock_delay_ms"), "{bad}: {e}");
     }
 }
+
+/// Every configuration type derives `Debug`: formatting one, of every scheme, with passwords in every
+/// place a URL can hold one, must show none of them.
+#[test]
+fn no_configuration_formats_a_password() {
+    let urls = [
+        "redis://:Pw-1-redis@127.0.0.1:1",
+        "rediss://user:Pw-1-redis@127.0.0.1:1",
+        "redlock://:Pw-1-redis@10.0.0.1:1,10.0.0.2:2,10.0.0.3:3",
+        "redis+cluster://u:Pw-1-redis@127.0.0.1:1,127.0.0.1:2",
+        "redis+sentinel://:Pw-1-redis@127.0.0.1:1/svc?sentinel_password=Pw-2-sentinel",
+        "postgres://u:Pw-1-pg@127.0.0.1:1/db",
+        "postgres://u:Pw%2D1%2Dpg@127.0.0.1:1/db?lock=table",
+        "postgresql://127.0.0.1:1/db?user=u&password=Pw-1-pg",
+        "mysql://u:Pw-1-my@127.0.0.1:1/db",
+        "mariadb://u:Pw-1-my@127.0.0.1:1/db?lock=table",
+    ];
+    for url in urls {
+        let config = Config::parse(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+        assert!(!config.secrets().is_empty(), "{url}: no secret found");
+        let shown = format!("{config:?} {:?}", config.backend);
+        for secret in config.secrets() {
+            assert!(
+                !shown.contains(&secret),
+                "{url} formats a password: {shown}"
+            );
+        }
+        assert!(!shown.contains("Pw-"), "{url} formats a password: {shown}");
+    }
+}

@@ -1,4 +1,4 @@
-//! Restore and force-release (CONTRACT §3–4): picking up a lease by key and token in another
+//! Restore and force-release (`docs/semantics.md` §6): picking up a lease by key and token in another
 //! process, and the operator's escape hatch.
 
 use super::{key, kind, run_checks, Check, LONG};

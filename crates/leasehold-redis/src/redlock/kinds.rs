@@ -342,7 +342,7 @@ mod tests {
             io_timeout: Duration::from_secs(1),
             tls: None,
         };
-        Node::connect(address, settings, 2, Vec::new()).unwrap()
+        Node::connect(address, settings, 2, Default::default()).unwrap()
     }
 
     fn deadline() -> Deadline {

@@ -127,7 +127,14 @@ impl RedlockBackend {
         let settings = ConnectSettings::from_config(config)?;
         let nodes = servers
             .iter()
-            .map(|s| Node::unchecked(s, settings.clone(), config.pool_size, config.secrets()))
+            .map(|s| {
+                Node::unchecked(
+                    s,
+                    settings.clone(),
+                    config.pool_size,
+                    config.secrets().into(),
+                )
+            })
             .collect::<Result<Vec<Node>>>()?;
         let quorum = servers.len() / 2 + 1;
         let backend = RedlockBackend {

@@ -258,7 +258,7 @@ mod tests {
             io_timeout: Duration::from_secs(1),
             tls: None,
         };
-        let node = Node::connect(address, settings, 2, Vec::new()).unwrap();
+        let node = Node::connect(address, settings, 2, Default::default()).unwrap();
         let keys = RedlockKeys::new("p:", &Key::new(b"regrant").unwrap());
         // A stamped node, which grants (see `gate.rs`).
         server.command(&[b"HSET", &keys.gate, b"horizon", b"0"]);

@@ -1,0 +1,21 @@
+
+local l, f, q, h = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local token, mode = ARGV[1], ARGV[3]
+local holder = redis.call('GET', l)
+if redis.call('EXISTS', q) == 0 then
+  if not holder then
+    -- Free and nobody waits: a plain SET NX lock and its fence (see `fence_at`), inline.
+    redis.call('SET', l, token, 'PX', ARGV[2])
+    local t = redis.call('TIME')
+    local fence = tonumber(redis.call('GET', f) or '0') + 1
+    local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    if us > fence then
+      fence = us
+    end
+    redis.call('SET', f, string.format('%.0f', fence), 'PX', ARGV[8])
+    return {1, fence}
+  end
+  if holder ~= token and mode ~= 'wait' then
+    return {0, redis.call('PTTL', l)}
+  end
+end

@@ -1,0 +1,4 @@
+local F = KEYS[2]
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end

@@ -1,0 +1,2 @@
+redis.call('HSET', rf, token, string.format('%.0f', fence))
+return fence

@@ -1,0 +1,5 @@
+  if redis.call('ZCARD', r) == 0 then
+    redis.call('DEL', l, r, rf)
+    holder = nil
+  end
+end
