@@ -1,4 +1,4 @@
-//! The measurements of the benchmark suite that criterion fits badly (issue 16), each next to the floor
+//! The measurements of the benchmark suite that criterion fits badly, each next to the floor
 //! it is compared with, measured in the same run against servers this program starts on free loopback
 //! ports:
 //!

@@ -21,6 +21,8 @@ need() {
 }
 need redis-server "install redis-server (Debian: apt-get install redis-server)"
 need redis-benchmark "install redis-tools (Debian: apt-get install redis-tools)"
+# The MySQL bench starts its own MariaDB (mariadb-install-db, then mariadbd from /usr/sbin).
+need mariadb-install-db "install mariadb-server (Debian: apt-get install mariadb-server)"
 if ! command -v gnuplot >/dev/null 2>&1; then
     echo "bench.sh: installing gnuplot (for docs/perf/rust.png)" >&2
     sudo=""
@@ -35,14 +37,14 @@ PERF_LOAD_START="$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
 export PERF_LOAD_START
 export CRITERION_HOME="$PWD/target/criterion"
 # Figures of an earlier run must not reach the report if a bench is skipped this time.
-rm -rf "$CRITERION_HOME"/{redis,redlock5,topology,postgres,local} "$out"
+rm -rf "$CRITERION_HOME"/{redis,redlock5,topology,postgres,mysql,local} "$out"
 mkdir -p "$out" docs/perf
 
 echo "== build (release)" >&2
 cargo build --release --locked -p leasehold-cli --bin leasehold -p leasehold --example perf_run --example perf_report
 
 echo "== cargo bench (criterion)" >&2
-cargo bench --locked -p leasehold-redis -p leasehold-postgres -p leasehold-local --bench cycle
+cargo bench --locked -p leasehold-redis -p leasehold-postgres -p leasehold-mysql -p leasehold-local --bench cycle
 
 echo "== handoff and load (examples/perf_run.rs, ${secs} s per row)" >&2
 LEASEHOLD_BIN=target/release/leasehold target/release/examples/perf_run "$out/custom.json" "$secs"

@@ -3,23 +3,28 @@
 declare(strict_types=1);
 
 /*
- * Leasehold against the PHP locks people already use, on servers this script starts itself (one redis-server, and
- * one PostgreSQL unless --no-postgres, on free loopback ports), and writes the result as a Markdown table
- * (docs/perf/php.md) and a chart of the latency distributions (docs/perf/php.png, gnuplot):
+ * Leasehold against the PHP locks people already use, on servers this script starts itself (one redis-server, one
+ * PostgreSQL unless --no-postgres, one MariaDB unless --no-mariadb, on free loopback ports), and writes the result
+ * as a Markdown table (docs/perf/php.md) and a chart of the latency distributions (docs/perf/php.png, gnuplot):
  *
  *   cargo build --release -p leasehold-ffi
  *   php bindings/php/benchmarks/compare.php [--quick] [--procs=8] [--seconds=3] [--out=docs/perf] [--no-postgres]
+ *       [--no-mariadb]
  *
  * - cycle: acquire + release of a free lock on a fresh key, one process; per-cycle latencies, in rounds that
  *   rotate the order of the contenders so that a noisy neighbour hurts them all alike. The C ABI (tests/c/bench.c,
- *   built here with cc) and two raw PINGs (phpredis) run in the same rounds as floors.
+ *   built here with cc), two raw PINGs (phpredis) and, on MariaDB, a bare GET_LOCK + RELEASE_LOCK (PDO) run in the
+ *   same rounds as floors.
  * - handoff: N processes contend for one key, each holding it ~1 ms and asking again at once. Handoff = the
  *   holder starts releasing -> another process has it (CLOCK_MONOTONIC, shared by all processes); longest wait =
  *   from asking to having; share = acquisitions per process, fewest to most. Symfony Lock (RedisStore) and
- *   Laravel wait by polling (100 ms and 250 ms sleeps): that is what this measures.
+ *   Laravel wait by polling (100 ms and 250 ms sleeps; PdoStore and the database driver too, and Leasehold on
+ *   MariaDB, with pauses from 5 ms to 100 ms): that is what this measures.
  *
  * Needs Debian's php-cli, php-redis, php-symfony-lock, php-laravel-framework, redis-server, gnuplot-nox (the chart;
- * without it the table is still written), and for the PostgreSQL rows postgresql and php-pgsql.
+ * without it the table is still written), for the PostgreSQL rows postgresql and php-pgsql, and for the MariaDB rows
+ * mariadb-server and php-mysql (Symfony's PdoStore and Laravel's database lock driver on their own tables, made as
+ * their documentation says: PdoStore::createTable() and the cache_locks migration).
  * LEASEHOLD_LIBRARY picks the library (default: the workspace's target/release build).
  */
 
@@ -27,25 +32,33 @@ $here = __DIR__;
 $package = dirname($here);
 $workspace = dirname($package, 2);
 require $package . '/autoload.php';
-foreach (['Ports', 'TempDir', 'RedisServer', 'PostgresServer'] as $support) {
+foreach (['Ports', 'TempDir', 'RedisServer', 'PostgresServer', 'MariaDbServer'] as $support) {
     require_once "$package/tests/Support/$support.php";
 }
 
+use Illuminate\Cache\DatabaseStore as LaravelDatabaseStore;
 use Illuminate\Cache\RedisStore as LaravelRedisStore;
 use Illuminate\Container\Container;
 use Illuminate\Contracts\Cache\LockTimeoutException as LaravelLockTimeout;
+use Illuminate\Database\Capsule\Manager as Capsule;
+use Illuminate\Database\Connection as LaravelConnection;
+use Illuminate\Database\Schema\Blueprint;
 use Illuminate\Redis\RedisManager;
 use Leasehold\Client;
 use Leasehold\Laravel\LeaseholdStore as LaravelLeaseholdStore;
 use Leasehold\Symfony\LeaseholdStore as SymfonyLeaseholdStore;
+use Leasehold\Tests\Support\MariaDbServer;
 use Leasehold\Tests\Support\PostgresServer;
 use Leasehold\Tests\Support\RedisServer;
 use Leasehold\Tests\Support\TempDir;
 use Symfony\Component\Lock\LockFactory;
+use Symfony\Component\Lock\Store\PdoStore as SymfonyPdoStore;
 use Symfony\Component\Lock\Store\PostgreSqlStore as SymfonyPostgreSqlStore;
 use Symfony\Component\Lock\Store\RedisStore as SymfonyRedisStore;
 
-const FLOORS = ['c' => 'floor: C ABI (benchmarks/c_cycle.c)', 'ping' => 'floor: two raw PINGs (phpredis)'];
+const FLOORS = ['c' => 'floor: C ABI (benchmarks/c_cycle.c)', 'ping' => 'floor: two raw PINGs (phpredis)',
+    'getlock' => 'floor: GET_LOCK + RELEASE_LOCK (PDO)'];
+const FLOOR_BACKENDS = ['getlock' => 'MariaDB'];
 
 function fail(string $message): never
 {
@@ -67,7 +80,7 @@ function loadFrameworks(): void
  * The contenders. Each factory runs in the process that uses it and returns a function of a key name giving
  * [acquire(bool $blocking): bool, release(): void] on a fresh lock object; a blocking acquire waits at most 30 s.
  *
- * @param array{redis: int, postgres: ?string} $servers
+ * @param array{redis: int, postgres: ?string, mariadb: ?int} $servers
  * @return array<string, array{label: string, backend: string, make: callable(): callable(string): array}>
  */
 function contenders(array $servers): array
@@ -145,7 +158,62 @@ function contenders(array $servers): array
                 return new SymfonyPostgreSqlStore($pdo);
             })];
     }
+    if ($servers['mariadb'] !== null) {
+        $my = mariaDbUrl($servers['mariadb']);
+        $all['leasehold-my-named'] = ['label' => 'Leasehold (PHP Lock), MariaDB named (GET_LOCK)',
+            'backend' => 'MariaDB', 'make' => $leasehold("$my?lock=named")];
+        $all['leasehold-my-table'] = ['label' => 'Leasehold (PHP Lock), MariaDB table',
+            'backend' => 'MariaDB', 'make' => $leasehold("$my?lock=table")];
+        $all['symfony-my'] = ['label' => 'Symfony Lock + PdoStore (pdo_mysql)', 'backend' => 'MariaDB',
+            'make' => $symfony(static fn (): SymfonyPdoStore => new SymfonyPdoStore(mariaDbPdo($servers['mariadb'])))];
+        $all['laravel-my'] = ['label' => 'Laravel lock + database driver (pdo_mysql)', 'backend' => 'MariaDB',
+            'make' => $laravel(static fn (): LaravelDatabaseStore => new LaravelDatabaseStore(
+                laravelMariaDb($servers['mariadb']),
+                'cache',
+                'bench:',
+            ))];
+    }
     return $all;
+}
+
+function mariaDbUrl(int $port): string
+{
+    return sprintf('mysql://%s:%s@127.0.0.1:%d/%s', MariaDbServer::USER, MariaDbServer::PASSWORD, $port,
+        MariaDbServer::DATABASE);
+}
+
+function mariaDbPdo(int $port): \PDO
+{
+    // Symfony's PdoStore insists on exceptions; the rest is PDO's default (emulated prepares: one round trip each).
+    return new \PDO(sprintf('mysql:host=127.0.0.1;port=%d;dbname=%s', $port, MariaDbServer::DATABASE),
+        MariaDbServer::USER, MariaDbServer::PASSWORD, [\PDO::ATTR_ERRMODE => \PDO::ERRMODE_EXCEPTION]);
+}
+
+/** A connection of Laravel's database layer outside an application, as Laravel documents it (Capsule). */
+function laravelMariaDb(int $port): LaravelConnection
+{
+    $capsule = new Capsule();
+    $capsule->addConnection([
+        'driver' => 'mysql', 'host' => '127.0.0.1', 'port' => $port, 'database' => MariaDbServer::DATABASE,
+        'username' => MariaDbServer::USER, 'password' => MariaDbServer::PASSWORD, 'charset' => 'utf8mb4',
+        'collation' => 'utf8mb4_unicode_ci', 'prefix' => '',
+    ]);
+    return $capsule->getConnection();
+}
+
+/**
+ * The tables of Symfony's PdoStore and Laravel's database lock driver, made once before any contender runs (the
+ * handoff workers would race to make them). Leasehold makes its own on connect.
+ */
+function prepareMariaDb(int $port): void
+{
+    (new SymfonyPdoStore(mariaDbPdo($port)))->createTable();
+    // Laravel's cache_locks migration (database/migrations/…_create_cache_table.php).
+    laravelMariaDb($port)->getSchemaBuilder()->create('cache_locks', static function (Blueprint $table): void {
+        $table->string('key')->primary();
+        $table->string('owner');
+        $table->integer('expiration');
+    });
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -185,17 +253,19 @@ function worker(array $job): void
 function parseArgs(array $argv): array
 {
     $options = ['quick' => false, 'procs' => null, 'seconds' => null, 'out' => null, 'postgres' => true,
-        'worker' => null];
+        'mariadb' => true, 'worker' => null];
     foreach (array_slice($argv, 1) as $arg) {
         if ($arg === '--quick') {
             $options['quick'] = true;
         } elseif ($arg === '--no-postgres') {
             $options['postgres'] = false;
+        } elseif ($arg === '--no-mariadb') {
+            $options['mariadb'] = false;
         } elseif (preg_match('/^--(procs|seconds|out|worker)=(.+)$/', $arg, $m) === 1) {
             $options[$m[1]] = $m[2];
         } else {
             fail("unknown argument $arg; usage: compare.php [--quick] [--procs=N] [--seconds=S] [--out=DIR] "
-                . '[--no-postgres]');
+                . '[--no-postgres] [--no-mariadb]');
         }
     }
     return $options;
@@ -464,15 +534,23 @@ if ($options['postgres']) {
         . 'or pass --no-postgres');
     $postgres = PostgresServer::start();
 }
+$mariadb = null;
+if ($options['mariadb']) {
+    extension_loaded('pdo_mysql') or fail('the PHP extension pdo_mysql is missing (apt-get install php-mysql), '
+        . 'or pass --no-mariadb');
+    $mariadb = MariaDbServer::start();
+    prepareMariaDb($mariadb->port);
+}
 $servers = ['redis' => $redis->port,
-    'postgres' => $postgres === null ? null : 'postgres://postgres@127.0.0.1:' . $postgres->port . '/postgres'];
+    'postgres' => $postgres === null ? null : 'postgres://postgres@127.0.0.1:' . $postgres->port . '/postgres',
+    'mariadb' => $mariadb?->port];
 $redisUrl = $redis->url();
 $dir = new TempDir('compare');
 $all = contenders($servers);
 $labels = array_map(static fn (array $c): string => $c['label'], $all);
-fprintf(STDERR, "libleasehold %s, PHP %s, redis on :%d%s; %d rounds x %d cycles, handoff %d procs x %.0f s\n",
-    $version, PHP_VERSION, $redis->port, $postgres ? ', postgres on :' . $postgres->port : '', $rounds, $cycles,
-    $procs, $seconds);
+fprintf(STDERR, "libleasehold %s, PHP %s, redis on :%d%s%s; %d rounds x %d cycles, handoff %d procs x %.0f s\n",
+    $version, PHP_VERSION, $redis->port, $postgres ? ', postgres on :' . $postgres->port : '',
+    $mariadb ? ', mariadb on :' . $mariadb->port : '', $rounds, $cycles, $procs, $seconds);
 
 // Cycle: each contender in every round, in an order rotated per round; the floors in the same rounds.
 $made = array_map(static fn (array $c): callable => ($c['make'])(), $all);
@@ -483,6 +561,14 @@ $floors = FLOORS;
 if ($cBinary === null) {
     unset($floors['c']);
 }
+$getLock = null;
+if ($mariadb === null) {
+    unset($floors['getlock']);
+} else {
+    // The least a MariaDB lock can send: two statements, one round trip each, on a connection kept open.
+    $floorPdo = mariaDbPdo($mariadb->port);
+    $getLock = [$floorPdo->prepare('SELECT GET_LOCK(?, 0)'), $floorPdo->prepare('SELECT RELEASE_LOCK(?)')];
+}
 $names = array_keys($all);
 $series = array_merge($names, array_keys($floors));
 $samples = array_fill_keys($series, []);
@@ -492,6 +578,17 @@ for ($round = 0; $round < $rounds; $round++) {
         $prefix = "cmp:cycle:$name:$round:" . getmypid();
         if ($name === 'c') {
             $s = cCycleRound($cBinary, $redisUrl, $prefix, $cycles);
+        } elseif ($name === 'getlock') {
+            $s = [];
+            for ($i = 0; $i < $cycles; $i++) {
+                $start = hrtime(true);
+                $getLock[0]->execute(["$prefix:$i"]);
+                $got = $getLock[0]->fetchColumn();
+                $getLock[1]->execute(["$prefix:$i"]);
+                $freed = $getLock[1]->fetchColumn();
+                $s[] = (hrtime(true) - $start) / 1e3;
+                ((int) $got === 1 && (int) $freed === 1) or fail('the bare GET_LOCK pair failed');
+            }
         } elseif ($name === 'ping') {
             $s = [];
             for ($i = 0; $i < $cycles; $i++) {
@@ -512,6 +609,7 @@ foreach ($samples as &$s) {
 }
 unset($s);
 $made = null; // close the connections before the handoff workers start
+$getLock = $floorPdo = null;
 $labels += $floors;
 
 $handoffs = [];
@@ -527,8 +625,9 @@ $md = [];
 $md[] = '<!-- Generated by bindings/php/benchmarks/compare.php; do not edit by hand. -->';
 $md[] = 'Regenerate: `cargo build --release -p leasehold-ffi && php bindings/php/benchmarks/compare.php` '
     . '(`--quick` for a short run),  ';
-$md[] = 'with Debian\'s php-cli php-redis php-pgsql php-symfony-lock php-laravel-framework redis-server postgresql '
-    . 'gnuplot-nox; it starts its own servers on free loopback ports and rewrites docs/perf/php.md and php.png.';
+$md[] = 'with Debian\'s php-cli php-redis php-pgsql php-mysql php-symfony-lock php-laravel-framework redis-server '
+    . 'postgresql mariadb-server gnuplot-nox; it starts its own servers on free loopback ports and rewrites '
+    . 'docs/perf/php.md and php.png.';
 $md[] = '';
 $md[] = sprintf('libleasehold %s, PHP %s (CLI, no opcache), Symfony Lock %s, Laravel %s, redis-server %s; '
     . '%s, %d cores, load average %.1f at the end; %s.',
@@ -543,12 +642,13 @@ $md[] = '| backend | library | p50 | p90 | p99 | mean | p50 ÷ Leasehold (PHP) |
 $md[] = '|---|---|---:|---:|---:|---:|---:|';
 foreach ($series as $name) {
     $s = $samples[$name];
-    $md[] = sprintf('| %s | %s | %s | %s | %s | %s | %.2f |', $all[$name]['backend'] ?? 'Redis', $labels[$name],
+    $md[] = sprintf('| %s | %s | %s | %s | %s | %s | %.2f |',
+        $all[$name]['backend'] ?? FLOOR_BACKENDS[$name] ?? 'Redis', $labels[$name],
         us($p50[$name]), us(pct($s, 0.9)), us(pct($s, 0.99)), us(array_sum($s) / count($s)), $p50[$name] / $php);
 }
 $md[] = '';
 $md[] = 'Medians are the figures to compare: on a busy machine the mean mostly counts how often the scheduler '
-    . 'stalled a process. Ratios (issue 16\'s targets), on medians:';
+    . 'stalled a process. Ratios (the README\'s goals), on medians:';
 $md[] = '';
 if (isset($p50['c'])) {
     $md[] = sprintf('- PHP cycle ÷ C cycle: **%.2f** (%.1f µs ÷ %.1f µs; target ≤ 1.1)', $php / $p50['c'], $php,
@@ -558,6 +658,13 @@ $md[] = sprintf('- PHP cycle ÷ Symfony Lock RedisStore: **%.2f** (%.1f µs ÷ %
     $php / $p50['symfony-redis'], $php, $p50['symfony-redis']);
 $md[] = sprintf('- PHP cycle ÷ Laravel redis lock: **%.2f**; PHP cycle ÷ two raw PINGs: **%.2f**',
     $php / $p50['laravel-redis'], $php / $p50['ping']);
+if (isset($p50['getlock'])) {
+    $named = $p50['leasehold-my-named'];
+    $md[] = sprintf('- MariaDB: PHP named cycle ÷ bare GET_LOCK + RELEASE_LOCK: **%.2f** (%.1f µs ÷ %.1f µs); '
+        . 'table cycle ÷ that floor: **%.2f**; named cycle ÷ Symfony Lock PdoStore: **%.2f**; named cycle ÷ Laravel '
+        . 'database lock: **%.2f**', $named / $p50['getlock'], $named, $p50['getlock'],
+        $p50['leasehold-my-table'] / $p50['getlock'], $named / $p50['symfony-my'], $named / $p50['laravel-my']);
+}
 $md[] = '';
 $md[] = sprintf('### Cross-process handoff (%d processes, one key, each holds it ~1 ms and asks again at once; %.0f s)',
     $procs, $seconds);
@@ -574,8 +681,10 @@ foreach ($names as $name) {
 }
 $md[] = '';
 $md[] = 'Handoff counts only a change of holder; "kept by the releaser" is the share of acquisitions that went back '
-    . 'to the process that had just released (it asked again at once). Symfony Lock\'s RedisStore retries every '
-    . '100 ms, Laravel\'s block() every 250 ms; Leasehold\'s waiters queue on the server and are woken by the release. '
+    . 'to the process that had just released (it asked again at once). Symfony Lock\'s RedisStore and PdoStore retry '
+    . 'every 100 ms, Laravel\'s block() (redis and database drivers) every 250 ms; Leasehold\'s waiters queue on '
+    . 'the server and are woken by the release, except on MariaDB, where both modes retry too, after a pause '
+    . 'that grows from 5 ms to 100 ms. '
     . 'Wait = from asking for the key to having it, over all acquisitions: with a queue every process waits its turn '
     . '(about N − 1 holds), with polling the releaser\'s own next ask succeeds at once while the others starve (see '
     . 'the longest wait and the share).';
