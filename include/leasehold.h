@@ -463,6 +463,39 @@ enum leasehold_status leasehold_lease_release(struct leasehold_lease *lease);
 enum leasehold_status leasehold_lease_extend(struct leasehold_lease *lease, uint64_t ttl_ms);
 
 /**
+ * Turns a shared lease exclusive, keeping its token: waits up to `wait_ms` milliseconds (0 to
+ * 604800000; 0 makes one attempt) until no other shared holder is left, then the lease is the
+ * key's only holder, with a new fence (read it again with `leasehold_lease_fence`) and its TTL
+ * renewed from this call.
+ *
+ * `LEASEHOLD_NOT_ACQUIRED` when other readers still hold the key at the end of the wait: the
+ * lease stays shared and held, as before. Two holders promoting at once wait for each other
+ * until one's wait ends. `LEASEHOLD_LOST` if the lease is not ours any more;
+ * `LEASEHOLD_INVALID_ARGUMENT` for NULL, a lease that is not shared, a released lease, a backend
+ * that cannot promote (Redlock, MySQL named mode), or in a fork() child for a lease the parent
+ * took. After `LEASEHOLD_UNAVAILABLE` the promote may or may not have run: the remaining time is
+ * 0 until a later extend succeeds.
+ *
+ * # Safety
+ * `lease` is NULL or a live lease not used by another thread during the call.
+ */
+enum leasehold_status leasehold_lease_promote(struct leasehold_lease *lease, uint64_t wait_ms);
+
+/**
+ * Turns an exclusive lease shared, keeping its token and fence, at once: other readers may join
+ * from now on, writers may not. Its TTL is renewed from this call.
+ *
+ * `LEASEHOLD_LOST` if the lease is not ours any more; `LEASEHOLD_INVALID_ARGUMENT` for NULL, a
+ * lease that is not exclusive, a released lease, a backend that cannot demote, or in a fork()
+ * child for a lease the parent took. After `LEASEHOLD_UNAVAILABLE` the remaining time is 0 until
+ * a later extend succeeds.
+ *
+ * # Safety
+ * `lease` is NULL or a live lease not used by another thread during the call.
+ */
+enum leasehold_status leasehold_lease_demote(struct leasehold_lease *lease);
+
+/**
  * Turns background renewal of the lease on (`true`) or off (`false`), for work that runs longer
  * than the TTL and cannot stop to call `leasehold_lease_extend`.
  *
@@ -545,6 +578,17 @@ enum leasehold_status leasehold_lease_check(const struct leasehold_lease *lease,
  * `lease` is NULL or a live lease.
  */
 uint64_t leasehold_lease_fence(const struct leasehold_lease *lease);
+
+/**
+ * Whether the lease is shared (a read lease) now: true for a lease taken with
+ * `leasehold_try_acquire_shared` or `leasehold_acquire_shared`, restored from one, or demoted;
+ * false for an exclusive lease, a semaphore permit, a promoted lease, and NULL. Makes no network
+ * call.
+ *
+ * # Safety
+ * `lease` is NULL or a live lease.
+ */
+bool leasehold_lease_is_shared(const struct leasehold_lease *lease);
 
 /**
  * Milliseconds left on the lease by the local monotonic clock, minus the clock-drift allowance:

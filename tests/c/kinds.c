@@ -5,7 +5,8 @@
  * A backend that documents a kind as missing (MySQL named locks: no shared locks, no restore) sets
  * LEASEHOLD_TEST_NO_SHARED / LEASEHOLD_TEST_NO_RESTORE to 1: the refused call must then be a clear
  * LEASEHOLD_INVALID_ARGUMENT that names LEASEHOLD_TEST_REFUSAL_HINT (what to use instead), writes
- * no output and disturbs nothing; every other check runs unchanged. */
+ * no output and disturbs nothing; every other check runs unchanged. LEASEHOLD_TEST_NO_PROMOTE=1
+ * skips promote and demote, for a backend with shared locks that cannot swap their kind. */
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
 
@@ -86,6 +87,43 @@ static void shared_locks(const leasehold_client *client) {
     EXPECT(LEASEHOLD_INVALID_ARGUMENT,
            leasehold_acquire_shared(client, key, len, 1000, UINT64_MAX, &r3));
     CHECK(r3 == (leasehold_lease *)&r3);
+}
+
+/* Promote and demote keep the token: a reader alone becomes the writer with a new fence, and a
+ * writer becomes a reader that others may join. */
+static void promote_and_demote(const leasehold_client *client) {
+    char key[128];
+    unique_key(key, sizeof key, "promote");
+    size_t len = strlen(key);
+    leasehold_lease *r1 = NULL, *r2 = NULL, *other = NULL;
+    EXPECT(LEASEHOLD_OK, leasehold_try_acquire_shared(client, key, len, 30000, &r1));
+    EXPECT(LEASEHOLD_OK, leasehold_try_acquire_shared(client, key, len, 30000, &r2));
+    char token[33];
+    snprintf(token, sizeof token, "%s", leasehold_lease_token(r1));
+    uint64_t fence = leasehold_lease_fence(r2);
+    CHECK(leasehold_lease_is_shared(r1));
+    EXPECT(LEASEHOLD_NOT_ACQUIRED, leasehold_lease_promote(r1, 0));
+    CHECK(leasehold_lease_remaining_ms(r1) > 0);
+    CHECK(leasehold_lease_is_shared(r1));
+    EXPECT(LEASEHOLD_INVALID_ARGUMENT, leasehold_lease_demote(r1)); /* not exclusive */
+    EXPECT(LEASEHOLD_OK, leasehold_lease_release(r2));
+    EXPECT(LEASEHOLD_OK, leasehold_lease_promote(r1, 1000));
+    CHECK(strcmp(token, leasehold_lease_token(r1)) == 0);
+    CHECK(leasehold_lease_fence(r1) > fence);
+    CHECK(!leasehold_lease_is_shared(r1));
+    EXPECT(LEASEHOLD_NOT_ACQUIRED, leasehold_try_acquire_shared(client, key, len, 30000, &other));
+    EXPECT(LEASEHOLD_INVALID_ARGUMENT, leasehold_lease_promote(r1, 0)); /* not shared */
+    EXPECT(LEASEHOLD_OK, leasehold_lease_demote(r1));
+    CHECK(leasehold_lease_is_shared(r1));
+    EXPECT(LEASEHOLD_OK, leasehold_try_acquire_shared(client, key, len, 30000, &other));
+    EXPECT(LEASEHOLD_OK, leasehold_lease_release(other));
+    EXPECT(LEASEHOLD_OK, leasehold_lease_release(r1));
+    EXPECT(LEASEHOLD_INVALID_ARGUMENT, leasehold_lease_promote(NULL, 0));
+    EXPECT(LEASEHOLD_INVALID_ARGUMENT, leasehold_lease_demote(NULL));
+    CHECK(!leasehold_lease_is_shared(NULL));
+    leasehold_lease_free(other);
+    leasehold_lease_free(r1);
+    leasehold_lease_free(r2);
 }
 
 static void semaphores(const leasehold_client *client) {
@@ -231,6 +269,9 @@ int main(void) {
         shared_refused(client);
     } else {
         shared_locks(client);
+        if (!env_flag("LEASEHOLD_TEST_NO_PROMOTE")) {
+            promote_and_demote(client);
+        }
     }
     semaphores(client);
     restore_and_force(client);

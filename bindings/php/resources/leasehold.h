@@ -112,6 +112,10 @@ enum leasehold_status leasehold_lease_release(struct leasehold_lease *lease);
 
 enum leasehold_status leasehold_lease_extend(struct leasehold_lease *lease, uint64_t ttl_ms);
 
+enum leasehold_status leasehold_lease_promote(struct leasehold_lease *lease, uint64_t wait_ms);
+
+enum leasehold_status leasehold_lease_demote(struct leasehold_lease *lease);
+
 enum leasehold_status leasehold_lease_keep_alive(struct leasehold_lease *lease, bool enabled);
 
 enum leasehold_status leasehold_lease_on_keep_alive_failure(struct leasehold_lease *lease,
@@ -124,6 +128,8 @@ enum leasehold_status leasehold_lease_check(const struct leasehold_lease *lease,
                                             uint64_t margin_ms);
 
 uint64_t leasehold_lease_fence(const struct leasehold_lease *lease);
+
+bool leasehold_lease_is_shared(const struct leasehold_lease *lease);
 
 int64_t leasehold_lease_remaining_ms(const struct leasehold_lease *lease);
 

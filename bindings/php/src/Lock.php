@@ -264,6 +264,40 @@ final class Lock implements LockInterface
         }
     }
 
+    public function promote(mixed $wait = 0.0): bool
+    {
+        $waitMs = Seconds::toMillis($wait, 'wait');
+        if (!$this->holds() || !$this->isShared()) {
+            throw new InvalidArgumentException(sprintf(
+                'cannot promote lock %s: this object holds no shared lease',
+                Key::describe($this->key),
+            ));
+        }
+        $status = $this->ffi->leasehold_lease_promote($this->lease, $waitMs);
+        if ($status === Library::OK) {
+            return true;
+        }
+        if ($status === Library::NOT_ACQUIRED) {
+            return false;
+        }
+        $this->failSwap($status, 'promote');
+    }
+
+    public function demote(): void
+    {
+        if (!$this->holds() || $this->isShared() || $this->permits > 0) {
+            throw new InvalidArgumentException(sprintf(
+                'cannot demote lock %s: this object holds no exclusive lease',
+                Key::describe($this->key),
+            ));
+        }
+        $status = $this->ffi->leasehold_lease_demote($this->lease);
+        if ($status === Library::OK) {
+            return;
+        }
+        $this->failSwap($status, 'demote');
+    }
+
     /** Local check, no network call: this object holds a lease whose conservative deadline has not passed. */
     public function isAcquired(): bool
     {
@@ -358,10 +392,13 @@ final class Lock implements LockInterface
         return $this->lease;
     }
 
-    /** True for a shared (read) lock from Client::createSharedLock(). */
+    /**
+     * While this object holds a lease: whether that lease is shared now (taken or restored as one, or demoted; not
+     * once promoted). Otherwise: whether it is a shared (read) lock from Client::createSharedLock().
+     */
     public function isShared(): bool
     {
-        return $this->shared;
+        return $this->holds() ? (bool) $this->ffi->leasehold_lease_is_shared($this->lease) : $this->shared;
     }
 
     /** The semaphore's size for a permit from Client::createSemaphore(); null for a lock. */
@@ -439,6 +476,17 @@ final class Lock implements LockInterface
                 Key::describe($this->key),
             ));
         }
+    }
+
+    /** A promote or demote that failed: a lost lease is given up, as after extend(). */
+    private function failSwap(int $status, string $during): never
+    {
+        $error = $this->client->library()->error($status, "cannot $during the lease");
+        $this->events?->backendError($during, $status, $error->getMessage(), $this->key);
+        if ($status === Library::LOST) {
+            $this->forget();
+        }
+        throw $error;
     }
 
     private function settle(int $status, \FFI\CData $out, int|float $start, ?int $retriesBefore): bool

@@ -68,6 +68,30 @@ interface LockInterface
     public function isAcquired(): bool;
 
     /**
+     * Turns the held shared lease exclusive, keeping its token: waits up to $wait seconds until no other reader is
+     * left, then this lease is the key's only holder, with a new fence() and its TTL renewed. False when other
+     * readers still hold the key at the end of the wait (the lease stays shared and held). Two holders promoting at
+     * once wait for each other until one's wait ends.
+     *
+     * @param int|float $wait seconds; 0 makes a single attempt
+     *
+     * @throws Exception\InvalidArgumentException this object holds no shared lease, or the backend cannot promote
+     * @throws Exception\LockLostException the lease is not ours any more
+     * @throws Exception\BackendUnavailableException
+     */
+    public function promote(mixed $wait = 0.0): bool;
+
+    /**
+     * Turns the held exclusive lease shared, keeping its token and fence, at once: other readers may join from now
+     * on, writers may not. Its TTL is renewed.
+     *
+     * @throws Exception\InvalidArgumentException this object holds no exclusive lease, or the backend cannot demote
+     * @throws Exception\LockLostException the lease is not ours any more
+     * @throws Exception\BackendUnavailableException
+     */
+    public function demote(): void;
+
+    /**
      * Throws LockLostException unless this object holds its lease with at least $margin seconds left and no failed
      * keep-alive renewal: call it between the steps of a long job. No network call.
      */

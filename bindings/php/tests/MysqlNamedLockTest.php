@@ -40,6 +40,21 @@ final class MysqlNamedLockTest extends BackendLockTestCase
         $writer->release();
     }
 
+    public function testPromoteAndDemoteKeepTheToken(): void
+    {
+        // Named mode has no shared leases to promote; an exclusive one cannot be demoted to what it lacks.
+        $lock = $this->client()->createLock(self::uniqueKey('my-demote'), 10.0);
+        self::assertTrue($lock->tryAcquire());
+        try {
+            $lock->demote();
+            self::fail('demote in named mode must be refused');
+        } catch (InvalidArgumentException $e) {
+            self::assertStringContainsString('cannot demote', $e->getMessage());
+        }
+        self::assertTrue($lock->isAcquired(), 'a refused demote keeps the lease');
+        $lock->release();
+    }
+
     public function testRestoreLockPicksUpALeaseByToken(): void
     {
         $client = $this->client();

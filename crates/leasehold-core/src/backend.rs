@@ -36,6 +36,33 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
     /// Owner only: the lease now ends `ttl` from now; `Lost` if the key is not ours any more.
     fn extend(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()>;
 
+    /// One attempt to turn a shared lease exclusive, keeping its token ([`crate::Lease::promote`]):
+    /// atomically, when no other live shared holder is left, the key becomes this token's alone;
+    /// the lease gets a new fence, larger than every earlier grant on the key
+    /// ([`RawLease::set_fence`]), the kind `Exclusive` ([`RawLease::set_kind`]), and the key is held
+    /// for `ttl` from this request. `NotAcquired` while another holder is left (nothing changed;
+    /// a backend with writer preference lets the attempt hold new readers back, as a waiting
+    /// writer does); `Lost` when the token no longer holds the key. Core owns the wait and the
+    /// lease's validity. The default refuses: the backend does not offer it.
+    fn try_promote(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        let _ = (lease, ttl);
+        Err(Error::invalid(format!(
+            "the {} backend cannot promote a shared lease",
+            self.name()
+        )))
+    }
+
+    /// Turns an exclusive lease shared, keeping its token and fence, at once and atomically (no
+    /// moment without a holder, in which a writer could get in): kind `Shared`, held for `ttl`
+    /// from this request. `Lost` when the token no longer holds the key. The default refuses.
+    fn demote(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        let _ = (lease, ttl);
+        Err(Error::invalid(format!(
+            "the {} backend cannot demote an exclusive lease",
+            self.name()
+        )))
+    }
+
     /// What the backend can tell about a key without taking it.
     fn inspect(&self, key: &Key) -> Result<KeyInfo>;
 

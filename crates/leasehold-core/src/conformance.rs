@@ -7,12 +7,14 @@
 
 mod kinds;
 mod once;
+mod promote;
 mod records;
 mod restore;
 pub mod stopped;
 
 pub use kinds::{run_semaphore, run_semaphore_size, run_shared, semaphore_limit};
 pub use once::run_once;
+pub use promote::run_promote;
 pub use records::run_records;
 pub use restore::{run_force_release, run_restore, run_restore_refused};
 

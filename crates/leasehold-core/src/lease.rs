@@ -12,7 +12,7 @@ use crate::stats::{Event, Stats};
 use crate::token::Token;
 use crate::ttl::Ttl;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -39,8 +39,12 @@ pub(crate) struct LeaseCell {
     stats: Arc<Stats>,
     key: Key,
     token: Token,
-    fence: u64,
+    /// The fence of the latest grant: the acquisition's, or a promotion's.
+    fence: AtomicU64,
     kind: LeaseKind,
+    /// The kind since the latest promote or demote ([`SWAPPED_EXCLUSIVE`], [`SWAPPED_SHARED`]), or
+    /// 0 while it is `kind`. Readable without the state's lock, as the fence is.
+    swapped: AtomicU8,
     acquired_at: Instant,
     /// The client's lock-delay: every extend asks the backend for the TTL plus this.
     lock_delay: Duration,
@@ -71,6 +75,9 @@ struct LeaseState {
     /// Told of every failed renewal ([`Lease::on_keep_alive_failure`]).
     on_failure: Option<KeepAliveHook>,
 }
+
+const SWAPPED_EXCLUSIVE: u8 = 1;
+const SWAPPED_SHARED: u8 = 2;
 
 /// What [`Lease::on_keep_alive_failure`] registers.
 pub type KeepAliveHook = Arc<dyn Fn(&Error) + Send + Sync>;
@@ -105,7 +112,7 @@ impl LeaseCell {
             event = if expired { "expired_while_held" } else { "lost" },
             backend = self.backend.name(),
             key = %self.key,
-            fence = self.fence,
+            fence = self.fence.load(Ordering::Acquire),
             during = what,
             "lease lost"
         );
@@ -228,8 +235,9 @@ impl Lease {
             stats,
             key: raw.key().clone(),
             token: raw.token(),
-            fence: raw.fence(),
+            fence: AtomicU64::new(raw.fence()),
             kind: raw.kind(),
+            swapped: AtomicU8::new(0),
             acquired_at: Instant::now(),
             lock_delay,
             deadline: PublishedDeadline(AtomicU64::new(0)),
@@ -267,12 +275,17 @@ impl Lease {
 
     /// The fencing token: strictly increasing per key. Hand it to the store you protect.
     pub fn fence(&self) -> u64 {
-        self.cell.fence
+        self.cell.fence.load(Ordering::Acquire)
     }
 
-    /// Exclusive, shared, or a semaphore permit.
+    /// Exclusive, shared, or a semaphore permit (after [`Lease::promote`] or [`Lease::demote`],
+    /// what it is now).
     pub fn kind(&self) -> LeaseKind {
-        self.cell.kind
+        match self.cell.swapped.load(Ordering::Acquire) {
+            SWAPPED_EXCLUSIVE => LeaseKind::Exclusive,
+            SWAPPED_SHARED => LeaseKind::Shared,
+            _ => self.cell.kind,
+        }
     }
 
     /// Time left on the monotonic clock minus the drift allowance; zero once expired, lost or
@@ -347,6 +360,100 @@ impl Lease {
             Err(Error::Lost(_)) => self.cell.stats.count(Event::ExtendLost),
             Err(_) => {}
         }
+        result
+    }
+
+    /// Turns a shared lease exclusive, keeping its token: waits up to `wait` until no other
+    /// shared holder is left, then the lease is the key's only holder, with a new fence (larger
+    /// than every earlier grant on the key) and its TTL renewed from this call. `NotAcquired` when
+    /// the wait runs out (the lease stays shared, as it was); `Lost` when it is not ours any more.
+    /// Two holders promoting at once wait for each other until one's wait ends: keep waits short,
+    /// or release and acquire instead. An outcome the backend did not confirm (a timeout) counts
+    /// as a loss, as for [`Lease::extend`]. `InvalidArgument` for a lease that is not shared.
+    pub fn promote(&mut self, wait: Duration) -> Result<()> {
+        let wait = crate::ttl::check_wait(wait).inspect_err(|e| self.cell.stats.error(e.kind()))?;
+        self.check_owner()?;
+        if self.kind() != LeaseKind::Shared {
+            return Err(Error::invalid(format!(
+                "only a shared lease can be promoted; this one is {}",
+                self.kind().name()
+            )));
+        }
+        let end = crate::wait::deadline_after(wait);
+        let mut pause = crate::backoff::Backoff::for_polling();
+        loop {
+            match self.swap_kind(LeaseKind::Exclusive, "promote") {
+                Err(Error::NotAcquired(_)) if Instant::now() < end => {
+                    let left = end.saturating_duration_since(Instant::now());
+                    std::thread::sleep(pause.next_delay().min(left));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Turns an exclusive lease shared, keeping its token and fence, at once: readers may join
+    /// from now on. Its TTL is renewed from this call. `Lost` when it is not ours any more;
+    /// `InvalidArgument` for a lease that is not exclusive.
+    pub fn demote(&mut self) -> Result<()> {
+        self.check_owner()?;
+        if self.kind() != LeaseKind::Exclusive {
+            return Err(Error::invalid(format!(
+                "only an exclusive lease can be demoted; this one is {}",
+                self.kind().name()
+            )));
+        }
+        self.swap_kind(LeaseKind::Shared, "demote")
+    }
+
+    /// One promote or demote attempt, dated and judged as an extend: the lease is proven only
+    /// from this send, and an unconfirmed outcome leaves it at zero.
+    fn swap_kind(&self, to: LeaseKind, what: &str) -> Result<()> {
+        let cell = &self.cell;
+        let mut state = cell.lock();
+        if state.released {
+            return Err(Error::invalid("lease already released"));
+        }
+        if state.ending {
+            return Err(Error::Lost(ENDED_BY_RELEASE.into()));
+        }
+        let ttl = state.ttl;
+        let held = crate::client::held_for(ttl, cell.lock_delay)?;
+        let sent = BootTime::now();
+        let start = Instant::now();
+        let result = match to {
+            LeaseKind::Exclusive => cell.backend.try_promote(&mut state.raw, held),
+            _ => cell.backend.demote(&mut state.raw, held),
+        };
+        cell.stats.round_trip(start.elapsed());
+        match &result {
+            Ok(()) => {
+                let proven = state.unknown_extend.map_or(ttl, |late| late.min(ttl));
+                state.raw.cap_from(proven, sent);
+                cell.fence.store(state.raw.fence(), Ordering::Release);
+                let swapped = match to {
+                    LeaseKind::Exclusive => SWAPPED_EXCLUSIVE,
+                    _ => SWAPPED_SHARED,
+                };
+                cell.swapped.store(swapped, Ordering::Release);
+                tracing::debug!(target: "leasehold", event = what, backend = cell.backend.name(),
+                    key = %cell.key, fence = state.raw.fence());
+            }
+            // Another holder is left (promote), or the backend does not offer it: nothing changed.
+            Err(Error::NotAcquired(_)) | Err(Error::InvalidArgument(_)) => {}
+            Err(Error::Lost(_)) => {
+                cell.note_lost(&mut state, what);
+                state.raw.expire();
+            }
+            Err(e) => {
+                cell.note_error(e, what);
+                // It may have run: the key may be held either way now, or have expired while the
+                // server did not answer. Nothing proves it ours until a later call is confirmed.
+                state.unknown_extend = Some(state.unknown_extend.map_or(ttl, |t| t.min(ttl)));
+                state.raw.expire();
+            }
+        }
+        cell.publish(&state);
         result
     }
 
@@ -439,7 +546,7 @@ impl Lease {
                 cell.stats.count(Event::ReleaseOk);
                 cell.stats.hold(cell.acquired_at.elapsed());
                 tracing::debug!(target: "leasehold", event = "released", backend = cell.backend.name(),
-                    key = %cell.key, fence = cell.fence);
+                    key = %cell.key, fence = cell.fence.load(Ordering::Acquire));
             }
             Err(Error::Lost(_)) => {
                 cell.stats.count(Event::ReleaseLost);
@@ -531,7 +638,7 @@ impl fmt::Debug for Lease {
         f.debug_struct("Lease")
             .field("backend", &self.cell.backend.name())
             .field("key", &self.cell.key)
-            .field("fence", &self.cell.fence)
+            .field("fence", &self.fence())
             .field("remaining", &self.remaining())
             .finish()
     }

@@ -69,6 +69,16 @@ impl RawLease {
         self.kind
     }
 
+    /// The kind after a promote or demote ([`crate::LockBackend::try_promote`]).
+    pub fn set_kind(&mut self, kind: LeaseKind) {
+        self.kind = kind;
+    }
+
+    /// The fence of a promotion's grant.
+    pub fn set_fence(&mut self, fence: u64) {
+        self.fence = fence;
+    }
+
     pub fn with_state(mut self, state: impl Any + Send) -> Self {
         self.state = Some(Box::new(state));
         self

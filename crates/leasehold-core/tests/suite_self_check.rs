@@ -162,6 +162,42 @@ impl LockBackend for Memory {
         Ok(())
     }
 
+    fn try_promote(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        let (key, token) = (lease.key().clone(), lease.token());
+        let (fence, sent) = self.with(&key, LeaseKind::Shared, |r, now| {
+            if !r.holders.contains_key(&token) {
+                return Err(Error::Lost("not ours".into()));
+            }
+            if r.holders.len() > 1 {
+                return Err(wait::held_elsewhere(&key));
+            }
+            r.fence += 1;
+            r.holders
+                .insert(token, (LeaseKind::Exclusive, now + ttl.as_duration()));
+            Ok((r.fence, now))
+        })?;
+        lease.set_kind(LeaseKind::Exclusive);
+        lease.set_fence(fence);
+        lease.renewed(ttl, sent);
+        Ok(())
+    }
+
+    fn demote(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        let (key, token) = (lease.key().clone(), lease.token());
+        let sent = self.with(&key, LeaseKind::Exclusive, |r, now| {
+            match r.holders.get_mut(&token) {
+                Some(holder) => {
+                    *holder = (LeaseKind::Shared, now + ttl.as_duration());
+                    Ok(now)
+                }
+                None => Err(Error::Lost("not ours".into())),
+            }
+        })?;
+        lease.set_kind(LeaseKind::Shared);
+        lease.renewed(ttl, sent);
+        Ok(())
+    }
+
     fn inspect(&self, key: &Key) -> Result<KeyInfo> {
         self.with(key, LeaseKind::Exclusive, |r, now| {
             let fence = (r.fence > 0).then_some(r.fence);
@@ -203,6 +239,7 @@ fn the_suite_passes_on_a_correct_backend() {
     conformance::run_shared(&new_client);
     conformance::run_semaphore(&new_client);
     conformance::run_semaphore_size(&new_client);
+    conformance::run_promote(&new_client);
     conformance::mutual_exclusion(&Client::from_arc(shared.clone()), 8, 200);
     conformance::semaphore_limit(&Client::from_arc(shared.clone()), 3, 8, 100);
 }

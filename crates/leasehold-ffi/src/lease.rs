@@ -5,6 +5,7 @@ use crate::status::leasehold_status;
 use leasehold::{Error, Lease, Result, Ttl};
 use std::ffi::c_char;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// A lease on one key: proof of exclusive ownership until it is released or its TTL runs out.
 ///
@@ -96,6 +97,48 @@ pub unsafe extern "C" fn leasehold_lease_extend(
 ) -> leasehold_status {
     boundary::call("leasehold_lease_extend", || {
         with_lease(lease, |l| l.extend(Ttl::from_millis(ttl_ms)?.as_duration()))
+    })
+}
+
+/// Turns a shared lease exclusive, keeping its token: waits up to `wait_ms` milliseconds (0 to
+/// 604800000; 0 makes one attempt) until no other shared holder is left, then the lease is the
+/// key's only holder, with a new fence (read it again with `leasehold_lease_fence`) and its TTL
+/// renewed from this call.
+///
+/// `LEASEHOLD_NOT_ACQUIRED` when other readers still hold the key at the end of the wait: the
+/// lease stays shared and held, as before. Two holders promoting at once wait for each other
+/// until one's wait ends. `LEASEHOLD_LOST` if the lease is not ours any more;
+/// `LEASEHOLD_INVALID_ARGUMENT` for NULL, a lease that is not shared, a released lease, a backend
+/// that cannot promote (Redlock, MySQL named mode), or in a fork() child for a lease the parent
+/// took. After `LEASEHOLD_UNAVAILABLE` the promote may or may not have run: the remaining time is
+/// 0 until a later extend succeeds.
+///
+/// # Safety
+/// `lease` is NULL or a live lease not used by another thread during the call.
+#[no_mangle]
+pub unsafe extern "C" fn leasehold_lease_promote(
+    lease: *mut leasehold_lease,
+    wait_ms: u64,
+) -> leasehold_status {
+    boundary::call("leasehold_lease_promote", || {
+        with_lease(lease, |l| l.promote(Duration::from_millis(wait_ms)))
+    })
+}
+
+/// Turns an exclusive lease shared, keeping its token and fence, at once: other readers may join
+/// from now on, writers may not. Its TTL is renewed from this call.
+///
+/// `LEASEHOLD_LOST` if the lease is not ours any more; `LEASEHOLD_INVALID_ARGUMENT` for NULL, a
+/// lease that is not exclusive, a released lease, a backend that cannot demote, or in a fork()
+/// child for a lease the parent took. After `LEASEHOLD_UNAVAILABLE` the remaining time is 0 until
+/// a later extend succeeds.
+///
+/// # Safety
+/// `lease` is NULL or a live lease not used by another thread during the call.
+#[no_mangle]
+pub unsafe extern "C" fn leasehold_lease_demote(lease: *mut leasehold_lease) -> leasehold_status {
+    boundary::call("leasehold_lease_demote", || {
+        with_lease(lease, Lease::demote)
     })
 }
 
@@ -252,6 +295,20 @@ pub unsafe extern "C" fn leasehold_lease_check(
 pub unsafe extern "C" fn leasehold_lease_fence(lease: *const leasehold_lease) -> u64 {
     boundary::value("leasehold_lease_fence", 0, || {
         Ok(view(lease)?.lease.fence())
+    })
+}
+
+/// Whether the lease is shared (a read lease) now: true for a lease taken with
+/// `leasehold_try_acquire_shared` or `leasehold_acquire_shared`, restored from one, or demoted;
+/// false for an exclusive lease, a semaphore permit, a promoted lease, and NULL. Makes no network
+/// call.
+///
+/// # Safety
+/// `lease` is NULL or a live lease.
+#[no_mangle]
+pub unsafe extern "C" fn leasehold_lease_is_shared(lease: *const leasehold_lease) -> bool {
+    boundary::value("leasehold_lease_is_shared", false, || {
+        Ok(view(lease)?.lease.kind() == leasehold::LeaseKind::Shared)
     })
 }
 

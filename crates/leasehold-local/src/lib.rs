@@ -45,6 +45,10 @@
 //!   it go in first, together. The waiter shows it is alive by its heartbeat, so a writer that
 //!   died holds readers back for [`STALE_WAITER`] at most. (Readers first, as Symfony does, lets a
 //!   busy report lock a writer out for ever; that is what its users complained about.)
+//! - Promote and demote rewrite the holder's own entry under the record's `flock`: a promote, when
+//!   the token is the only live holder, sets the record's exclusive flag and gives the entry a new
+//!   fence, drawn as a grant draws one; a demote clears the flag and keeps the fence. One write of
+//!   one record under its lock, so no other process sees the key free or held twice in between.
 //! - `restore` and `force_release` work on locks (exclusive and shared), not semaphores: a
 //!   restore reads the record under a shared `flock` (`Lost` unless the token holds the key; the
 //!   time left from the holder's `CLOCK_BOOTTIME` deadline); a force-release removes every holder
@@ -223,6 +227,19 @@ impl LocalBackend {
         exclusive: bool,
         give_up: Instant,
     ) -> Result<u64> {
+        let fence = self.next_fence(record, give_up)?;
+        record.exclusive = exclusive;
+        record.holders.push(Holder {
+            token,
+            deadline_ns: now_ns.saturating_add(ttl_ns(ttl)),
+            fence,
+        });
+        Ok(fence)
+    }
+
+    /// Draws the record's next fence (every grant of the key, of any kind, and every promote) and
+    /// stores it as the record's last one.
+    fn next_fence(&self, record: &mut Record, give_up: Instant) -> Result<u64> {
         // A file without a fence may replace a deleted one: start above every deleted fence.
         let floor = if record.fence == 0 {
             self.mark.get(&self.dir, give_up)?
@@ -232,12 +249,6 @@ impl LocalBackend {
         let fence = fences::next(record.fence, floor, clock::wall_us()?)
             .ok_or_else(|| Error::Internal("the key's fence reached its maximum".into()))?;
         record.fence = fence;
-        record.exclusive = exclusive;
-        record.holders.push(Holder {
-            token,
-            deadline_ns: now_ns.saturating_add(ttl_ns(ttl)),
-            fence,
-        });
         Ok(fence)
     }
 
@@ -358,11 +369,13 @@ impl LocalBackend {
         }
     }
 
-    /// Opens, locks and reads a held lease's record for release/extend: `Lost` unless `lease` still
-    /// holds it.
+    /// Opens, locks and reads a held lease's record for release, extend, promote and demote:
+    /// `Lost` unless `lease` still holds it. `same_kind`: also `InvalidArgument` unless the record
+    /// holds the token as the lease's kind (exclusive or shared).
     fn owned_record(
         &self,
         lease: &RawLease,
+        same_kind: bool,
         give_up: Instant,
     ) -> Result<(Locked, Record, String, u64)> {
         let name = self.record_name(lease.key(), lease.kind());
@@ -381,9 +394,13 @@ impl LocalBackend {
         if record.holder(lease.token()).is_none() {
             return Err(lost());
         }
-        // Only reachable with a lease handle that lies about its kind (the token is ours).
+        // Reachable with a lease handle that lies about its kind, or after a promote or demote whose
+        // outcome the caller never learnt (the token is ours either way).
         let exclusive = lease.kind() == LeaseKind::Exclusive;
-        if !matches!(lease.kind(), LeaseKind::Permit(_)) && record.exclusive != exclusive {
+        if same_kind
+            && !matches!(lease.kind(), LeaseKind::Permit(_))
+            && record.exclusive != exclusive
+        {
             return Err(Error::invalid(format!(
                 "key \"{}\" is held by this token as a{} lease, not as a{} one",
                 lease.key(),
@@ -421,6 +438,23 @@ fn want(kind: LeaseKind) -> Want {
         LeaseKind::Permit(p) => Want::Permit(p.get()),
         _ => Want::Exclusive,
     }
+}
+
+/// Core checks the kind before a promote or demote; this keeps a permit (whose record has no
+/// exclusive holder) from being turned into one by a direct call.
+fn only_kind(lease: &RawLease, kind: LeaseKind, what: &str) -> Result<()> {
+    if lease.kind() == kind {
+        return Ok(());
+    }
+    Err(Error::invalid(format!(
+        "only a{} lease can be {what}; this one is {}",
+        if kind == LeaseKind::Shared {
+            " shared"
+        } else {
+            "n exclusive"
+        },
+        lease.kind().name()
+    )))
 }
 
 /// The error of a request the record has no room for (see [`MAX_HOLDERS`]).
@@ -484,7 +518,9 @@ impl LockBackend for LocalBackend {
 
     fn release(&self, lease: &mut RawLease) -> Result<()> {
         let give_up = self.give_up(Instant::now());
-        let (file, mut record, name, _) = self.owned_record(lease, give_up)?;
+        // Whatever kind the record gives the token: after a promote or demote of unknown outcome the
+        // lease may not know its kind, and its release must still free the key, leaving no entry.
+        let (file, mut record, name, _) = self.owned_record(lease, false, give_up)?;
         record.remove_holder(lease.token());
         self.store(&file, &name, &mut record, give_up)?;
         drop(file);
@@ -494,11 +530,57 @@ impl LockBackend for LocalBackend {
 
     fn extend(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
         let sent = Instant::now();
-        let (file, mut record, name, now_ns) = self.owned_record(lease, self.give_up(sent))?;
+        // Of the lease's own kind only: renewing a lease that believes itself exclusive while the
+        // record holds it shared would let it write beside readers.
+        let (file, mut record, name, now_ns) =
+            self.owned_record(lease, true, self.give_up(sent))?;
         if let Some(h) = record.holder_mut(lease.token()) {
             h.deadline_ns = now_ns.saturating_add(ttl_ns(ttl));
         }
         file.write(&mut record, &self.dir.join(&name))?;
+        lease.renewed(ttl, sent);
+        Ok(())
+    }
+
+    /// The holder's entry changes in place under the record's `flock` (its exclusive flag, fence
+    /// and deadline), so there is never a moment without it, nor a second entry for the token.
+    fn try_promote(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        only_kind(lease, LeaseKind::Shared, "promoted")?;
+        let sent = Instant::now();
+        let give_up = self.give_up(sent);
+        let (file, mut record, name, now_ns) = self.owned_record(lease, true, give_up)?;
+        // `owned_record` found the token among the live holders (expired ones are dropped), so
+        // any other entry is another live reader.
+        if record.holders.len() > 1 {
+            return Err(held_elsewhere(lease.key()));
+        }
+        let fence = self.next_fence(&mut record, give_up)?;
+        record.exclusive = true;
+        let holder = record
+            .holder_mut(lease.token())
+            .ok_or_else(|| Error::Internal("the promoted holder vanished".into()))?;
+        holder.fence = fence;
+        holder.deadline_ns = now_ns.saturating_add(ttl_ns(ttl));
+        file.write(&mut record, &self.dir.join(&name))?;
+        lease.set_kind(LeaseKind::Exclusive);
+        lease.set_fence(fence);
+        lease.renewed(ttl, sent);
+        Ok(())
+    }
+
+    /// As `try_promote`, in place: the flag goes, the fence stays. Queued readers see the write
+    /// (the first ones watch the record) and may join; queued writers still wait.
+    fn demote(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        only_kind(lease, LeaseKind::Exclusive, "demoted")?;
+        let sent = Instant::now();
+        let (file, mut record, name, now_ns) =
+            self.owned_record(lease, true, self.give_up(sent))?;
+        record.exclusive = false;
+        if let Some(h) = record.holder_mut(lease.token()) {
+            h.deadline_ns = now_ns.saturating_add(ttl_ns(ttl));
+        }
+        file.write(&mut record, &self.dir.join(&name))?;
+        lease.set_kind(LeaseKind::Shared);
         lease.renewed(ttl, sent);
         Ok(())
     }

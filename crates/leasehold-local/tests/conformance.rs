@@ -35,6 +35,7 @@ fn records() {
 fn shared_locks() {
     let dir = temp_dir("local-shared");
     conformance::run_shared(&|| client(&dir));
+    conformance::run_promote(&|| client(&dir));
 }
 
 #[test]

@@ -522,3 +522,62 @@ fn a_key_keeps_at_most_max_holders_leases() {
         l.release().unwrap();
     }
 }
+
+/// Promote and demote flip the holder's one entry in the record: inspect and restore see the new
+/// kind (and the promote's new fence), a release of either kind frees the key, and a release by a
+/// handle that missed the flip (an outcome the caller never learnt) still leaves no entry behind.
+#[test]
+fn promote_and_demote_rewrite_the_one_entry() {
+    use leasehold_core::{Key, LeaseKind, LockBackend, Ttl};
+    let dir = temp_dir("kinds-promote");
+    let (a, b) = (client(&dir.file_url()), client(&dir.file_url()));
+    let mut r = a.try_acquire_shared("pd", LONG).unwrap();
+    let shared_fence = r.fence();
+    r.promote(Duration::ZERO).unwrap();
+    let info = b.inspect("pd").unwrap();
+    assert_eq!((info.holders, info.shared), (Some(1), Some(false)));
+    assert_eq!(info.fence, Some(r.fence()));
+    let restored = b.restore("pd", r.token().as_str()).unwrap();
+    assert_eq!(restored.kind(), LeaseKind::Exclusive);
+    assert_eq!(restored.fence(), r.fence());
+    assert!(r.fence() > shared_fence);
+    restored.forget();
+    r.demote().unwrap();
+    let info = b.inspect("pd").unwrap();
+    assert_eq!((info.holders, info.shared), (Some(1), Some(true)));
+    let reader = b.try_acquire_shared("pd", LONG).unwrap();
+    assert_eq!(b.inspect("pd").unwrap().holders, Some(2));
+    r.release().unwrap();
+    reader.release().unwrap();
+    assert_eq!(b.inspect("pd").unwrap().holders, Some(0));
+    b.try_acquire("pd", LONG).unwrap().release().unwrap();
+
+    // At the backend: a second handle of the same token still says shared after the promote.
+    let backend = LocalBackend::open(&Config::parse(&dir.file_url()).unwrap()).unwrap();
+    let (key, ttl) = (Key::new("pd-raw").unwrap(), Ttl::new(LONG).unwrap());
+    let mut promoted = backend
+        .try_acquire_as(&key, LeaseKind::Shared, ttl)
+        .unwrap();
+    let mut stale = backend.restore(&key, promoted.token()).unwrap();
+    backend.try_promote(&mut promoted, ttl).unwrap();
+    assert_eq!(promoted.kind(), LeaseKind::Exclusive);
+    assert_eq!(
+        backend.extend(&mut stale, ttl).unwrap_err().kind(),
+        ErrorKind::InvalidArgument,
+        "no renewal under the wrong kind"
+    );
+    assert_eq!(
+        backend.demote(&mut stale, ttl).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    backend.release(&mut stale).unwrap();
+    assert_eq!(backend.inspect(&key).unwrap().holders, Some(0));
+    assert_eq!(
+        backend.release(&mut promoted).unwrap_err().kind(),
+        ErrorKind::Lost
+    );
+    assert_eq!(
+        backend.demote(&mut promoted, ttl).unwrap_err().kind(),
+        ErrorKind::Lost
+    );
+}

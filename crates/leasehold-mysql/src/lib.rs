@@ -9,6 +9,9 @@
 //! * **table** (`?lock=table[&table=name]`): rows of an InnoDB table with a unique key, expiry by the
 //!   server's clock, compare-and-delete by token; exclusive, shared and permit leases, restore and
 //!   force-release. Nothing is kept on a session between statements, so it works through ProxySQL.
+//!   A shared lease is promoted (and an exclusive one demoted) with its token in one transaction
+//!   that holds the key's row locked, as every acquire does: the reader count, the new fence and
+//!   the change of kind happen at once, with no moment in which another holder could get in.
 //!   See the `table` module.
 //!
 //! # Lock names (named mode)
@@ -249,6 +252,34 @@ impl LockBackend for MysqlBackend {
             Mode::Table(t) => {
                 let prefixed = lease.key().prefixed(&self.prefix);
                 t.extend(&self.pools, &prefixed, lease, ttl)
+            }
+        }
+    }
+
+    /// Table mode only: a named lock has no shared holders to promote from, so named mode keeps
+    /// the default refusal.
+    fn try_promote(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        match &self.mode {
+            Mode::Named(_) => Err(Error::invalid(
+                "the mysql-named backend cannot promote a shared lease (it has no shared locks): \
+                 use ?lock=table",
+            )),
+            Mode::Table(t) => {
+                let prefixed = lease.key().prefixed(&self.prefix);
+                t.try_promote(&self.pools, &prefixed, lease, ttl)
+            }
+        }
+    }
+
+    fn demote(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        match &self.mode {
+            Mode::Named(_) => Err(Error::invalid(
+                "the mysql-named backend cannot demote an exclusive lease (it has no shared \
+                 locks): use ?lock=table",
+            )),
+            Mode::Table(t) => {
+                let prefixed = lease.key().prefixed(&self.prefix);
+                t.demote(&self.pools, &prefixed, lease, ttl)
             }
         }
     }

@@ -24,7 +24,7 @@ use crate::session::{call, with_session, Answers, Pools};
 use crate::sweep::{Every, SWEEP_AFTER_US};
 use crate::waiting::Attempts;
 use crate::Ask;
-use leasehold_core::wait::{other_size, Turn, Waiter};
+use leasehold_core::wait::{held_elsewhere, other_size, Turn, Waiter};
 use leasehold_core::{
     Deadline, Error, Key, KeyInfo, LeaseKind, Permits, RawLease, Result, Token, Ttl,
 };
@@ -308,7 +308,7 @@ impl Table {
     }
 
     /// Locks a semaphore's row, as every change to its permits does first, so they never deadlock
-    /// one another.
+    /// one another (a promote and a demote lock a key's row the same way).
     fn lock_semaphore(&self, k: &str) -> String {
         format!("SELECT fence FROM {} WHERE k = {k} FOR UPDATE", self.main)
     }
@@ -375,6 +375,101 @@ impl Table {
             lease.expire();
             Err(Error::Lost(
                 "the lease had expired or was taken over before the extend".into(),
+            ))
+        }
+    }
+
+    /// Shared → exclusive in one transaction: the key's row is locked first (as every acquire locks
+    /// it before it touches the readers' rows), so no reader joins or leaves between the count and
+    /// the grant. The own reader's row must be live and no other one; the row then names this
+    /// token, with a fence drawn as an exclusive grant draws it, and the readers' rows go (expired
+    /// ones too), so nothing shared is left to outlive the exclusive lease. A refused attempt
+    /// changes nothing. Sent again after a lost reply, it finds the row already ours.
+    pub fn try_promote(
+        &self,
+        pools: &Pools,
+        prefixed: &[u8],
+        lease: &mut RawLease,
+        ttl: Ttl,
+    ) -> Result<()> {
+        let deadline = pools.call();
+        let (k, tok) = (row_key(prefixed), token_literal(&lease.token()));
+        let us = micros(ttl.as_duration());
+        let (main, shares) = (&self.main, &self.shares);
+        let mine = format!(
+            "EXISTS (SELECT 1 FROM {shares} WHERE k = {k} AND token = {tok} \
+               AND expires_us > {NOW_US})"
+        );
+        let sql = format!(
+            "START TRANSACTION; \
+             {lock}; \
+             UPDATE {main} SET last_token = {tok}, token = {tok}, \
+               fence = GREATEST(fence + 1, {NOW_US}), expires_us = {NOW_US} + {us}, \
+               writer_until = 0 \
+               WHERE k = {k} AND token = {SHARED} AND {mine} \
+                 AND NOT EXISTS (SELECT 1 FROM {shares} WHERE k = {k} AND token <> {tok} \
+                   AND expires_us > {NOW_US}); \
+             DELETE FROM {shares} WHERE k = {k} AND (SELECT token FROM {main} WHERE k = {k}) = {tok}; \
+             SELECT token = {tok} AND expires_us > {NOW_US}, fence, {mine} FROM {main} WHERE k = {k}; \
+             COMMIT",
+            lock = self.lock_semaphore(&k),
+        );
+        let sent = Instant::now();
+        let answers = self.run(pools, deadline, &sql, "promoting")?;
+        let row = answers.nth_last(2);
+        match (row.int(0), row.int(1), row.int(2)) {
+            (Some(1), Some(fence), _) => {
+                lease.set_kind(LeaseKind::Exclusive);
+                lease.set_fence(fence as u64);
+                lease.renewed(ttl, sent);
+                Ok(())
+            }
+            (_, _, Some(1)) => Err(held_elsewhere(lease.key())),
+            _ => Err(Error::Lost(
+                "the shared lease had expired or was taken over before the promote".into(),
+            )),
+        }
+    }
+
+    /// Exclusive → shared in one transaction, with the key's row locked: the row turns shared and
+    /// this token's reader's row appears together, so no writer can get in between; the fence stays
+    /// (the reader's row takes the row's), and the row's expiry is the reader's, as a reader's
+    /// grant leaves it. Sent again after a lost reply, it finds the reader's row already there.
+    pub fn demote(
+        &self,
+        pools: &Pools,
+        prefixed: &[u8],
+        lease: &mut RawLease,
+        ttl: Ttl,
+    ) -> Result<()> {
+        let deadline = pools.call();
+        let (k, tok) = (row_key(prefixed), token_literal(&lease.token()));
+        let us = micros(ttl.as_duration());
+        let (main, shares) = (&self.main, &self.shares);
+        // `last_token` is still ours: no grant happens while the key is held exclusively.
+        let sql = format!(
+            "START TRANSACTION; \
+             {lock}; \
+             UPDATE {main} SET token = {SHARED}, expires_us = {NOW_US} + {us} \
+               WHERE k = {k} AND token = {tok} AND expires_us > {NOW_US}; \
+             INSERT INTO {shares} (k, token, fence, expires_us) \
+               SELECT k, {tok}, fence, expires_us FROM {main} \
+               WHERE k = {k} AND token = {SHARED} AND last_token = {tok} \
+                 AND NOT EXISTS (SELECT 1 FROM {shares} WHERE k = {k} AND token = {tok}); \
+             SELECT expires_us - {NOW_US} FROM {shares} \
+               WHERE k = {k} AND token = {tok} AND expires_us > {NOW_US}; \
+             COMMIT",
+            lock = self.lock_semaphore(&k),
+        );
+        let sent = Instant::now();
+        let answers = self.run(pools, deadline, &sql, "demoting")?;
+        if answers.nth_last(2).int(0).is_some() {
+            lease.set_kind(LeaseKind::Shared);
+            lease.renewed(ttl, sent);
+            Ok(())
+        } else {
+            Err(Error::Lost(
+                "the lease had expired or was taken over before the demote".into(),
             ))
         }
     }

@@ -68,6 +68,80 @@ fn table_force_release() {
 #[test]
 fn table_shared() {
     conformance::run_shared(&|| client("lock=table&table=shared_locks"));
+    conformance::run_promote(&|| client("lock=table&table=shared_locks"));
+}
+
+/// After a promote or a demote, restore, inspect and release see the key's rows as the new kind:
+/// a promoted lease leaves no reader's row behind, and a demoted one's release frees its share.
+#[test]
+fn table_promote_rows() {
+    use leasehold_core::LeaseKind;
+    use std::time::Duration;
+    let long = Duration::from_secs(30);
+    let c = client("lock=table&table=promote_rows_locks");
+    let k = b"promote-rows";
+    let mut r = c.try_acquire_shared(k, long).unwrap();
+    r.promote(Duration::ZERO).unwrap();
+    let info = c.inspect(k).unwrap();
+    assert_eq!(
+        (info.holders, info.shared),
+        (Some(1), Some(false)),
+        "{info:?}"
+    );
+    let restored = c.restore(k, r.token().as_str()).unwrap();
+    assert_eq!(restored.kind(), LeaseKind::Exclusive);
+    assert_eq!(restored.fence(), r.fence());
+    restored.forget();
+    let token = r.token();
+    r.release().unwrap();
+    assert!(!c.inspect(k).unwrap().held);
+    let e = c
+        .restore(k, token.as_str())
+        .map(|l| l.forget())
+        .unwrap_err();
+    assert_eq!(
+        e.kind(),
+        leasehold_core::ErrorKind::Lost,
+        "no reader's row left behind"
+    );
+    c.try_acquire_shared(k, long).unwrap().release().unwrap();
+
+    let mut w = c.try_acquire(k, long).unwrap();
+    w.demote().unwrap();
+    let info = c.inspect(k).unwrap();
+    assert_eq!(
+        (info.holders, info.shared),
+        (Some(1), Some(true)),
+        "{info:?}"
+    );
+    let restored = c.restore(k, w.token().as_str()).unwrap();
+    assert_eq!(restored.kind(), LeaseKind::Shared);
+    assert_eq!(restored.fence(), w.fence());
+    restored.forget();
+    w.extend(long).expect("extended as shared");
+    w.release().unwrap();
+    assert!(
+        !c.inspect(k).unwrap().held,
+        "the demoted lease's share is freed"
+    );
+    c.try_acquire(k, long)
+        .expect("free at once")
+        .release()
+        .unwrap();
+}
+
+#[test]
+fn named_refuses_promote() {
+    let c = client("lock=named");
+    let mut w = c
+        .try_acquire(b"named-demote", std::time::Duration::from_secs(5))
+        .unwrap();
+    let e = w.demote().unwrap_err();
+    assert_eq!(e.kind(), leasehold_core::ErrorKind::InvalidArgument, "{e}");
+    assert!(e.to_string().contains("mysql-named"), "{e}");
+    assert!(e.to_string().contains("lock=table"), "{e}");
+    assert_eq!(w.kind(), leasehold_core::LeaseKind::Exclusive);
+    w.release().unwrap();
 }
 
 #[test]

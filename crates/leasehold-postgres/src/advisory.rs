@@ -366,6 +366,111 @@ impl Advisory {
         }
     }
 
+    /// One attempt to turn the lease's shared lock exclusive, on its own session, in one
+    /// statement: `pg_try_advisory_lock` of the same id (the session's own share does not conflict
+    /// with its own request, other sessions' shares and waiting requests do), and only once it is
+    /// granted the fence (drawn as an exclusive acquire draws it), the TTL, and the share let go.
+    /// The session holds one of the two locks at every moment, so nobody gets in between. A
+    /// writer waiting in the server's queue refuses it too: it waits for this share.
+    pub fn try_promote(&self, pools: &Pools, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        let (ms, fence) = (ttl.as_millis(), fence_expr(self.fence_seq));
+        self.swap(pools, lease, ttl, "promote", |id| {
+            format!(
+                "SELECT f, CASE WHEN f IS NOT NULL \
+                   THEN set_config('idle_session_timeout', '{ms}', false) END, \
+                   CASE WHEN f IS NOT NULL THEN pg_advisory_unlock_shared({id}) END \
+                 FROM (SELECT CASE WHEN pg_try_advisory_lock({id}) THEN {fence} END AS f OFFSET 0) s"
+            )
+        })
+    }
+
+    /// Turns the lease's exclusive lock shared on its own session, in one statement: the share
+    /// first (granted at once: only this session's exclusive lock holds the key, and the lock
+    /// manager lets a holder's request go before the waiters it blocks), then the exclusive lock
+    /// let go, so the key is never without a holder.
+    pub fn demote(&self, pools: &Pools, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        let ms = ttl.as_millis();
+        self.swap(pools, lease, ttl, "demote", |id| {
+            format!(
+                "SELECT pg_advisory_lock_shared({id}), \
+                   set_config('idle_session_timeout', '{ms}', false), pg_advisory_unlock({id})"
+            )
+        })
+    }
+
+    /// A promote or demote on the lease's session: `sql` (given the lock id) answers one row whose
+    /// first column is NULL when another holder is left and whose third says the old lock was let
+    /// go. Every failure that may have left the session's locks unknown ends the lease, as a failed
+    /// extend does: its session is closed once the lease is released or dropped.
+    fn swap(
+        &self,
+        pools: &Pools,
+        lease: &mut RawLease,
+        ttl: Ttl,
+        what: &str,
+        sql: impl Fn(i64) -> String,
+    ) -> Result<()> {
+        let Some(mut held) = take_held(lease)? else {
+            return Err(gone("its session is gone"));
+        };
+        if held.dead {
+            lease.expire();
+            lease.state = Some(Box::new(held));
+            return Err(gone("a call on its session timed out"));
+        }
+        let promote = what == "promote";
+        let sent = Instant::now();
+        match held.conn.rows(&sql(held.id), pools.call()) {
+            Ok(rows) => {
+                let first = last_value(&rows, 0);
+                if promote && first.is_none() && !rows.is_empty() {
+                    // Another session holds a share (or waits): nothing was taken.
+                    lease.state = Some(Box::new(held));
+                    return Err(held_elsewhere(lease.key()));
+                }
+                let fence = if promote {
+                    number::<i64>(first).ok().flatten()
+                } else {
+                    Some(lease.fence() as i64)
+                };
+                let (Some(fence), Some("t")) = (fence, last_value(&rows, 2)) else {
+                    // The session did not hold what the lease says: close it, freeing whatever
+                    // it holds now.
+                    held.conn.poisoned = true;
+                    lease.expire();
+                    return Err(gone("its session no longer held the lock"));
+                };
+                held.shared = !promote;
+                held.ttl_ends = ttl.deadline_from(sent);
+                lease.set_kind(if promote {
+                    LeaseKind::Exclusive
+                } else {
+                    LeaseKind::Shared
+                });
+                lease.set_fence(fence as u64);
+                lease.renewed(ttl, sent);
+                lease.state = Some(Box::new(held));
+                lease.cap_at(pools.alive_until(sent));
+                Ok(())
+            }
+            Err(e) if e.is_timeout() => Err(timed_out(pools, lease, held, what, &e)),
+            Err(e) if held.conn.is_gone(&e) => {
+                held.conn.poisoned = true;
+                lease.expire();
+                Err(pools.redacted(gone(&format!("its session ended ({})", describe(&e)))))
+            }
+            Err(e) => {
+                // Session locks outlive a failed statement: which of them it holds now is unknown.
+                let err = pools.failed(what, &e);
+                held.conn.poisoned = true;
+                held.dead = true;
+                lease.expire();
+                lease.state = Some(Box::new(held));
+                Err(err)
+            }
+        }
+    }
+
     pub fn inspect(&self, pools: &Pools, prefixed: &[u8]) -> Result<KeyInfo> {
         let id = lock_id(prefixed);
         // pg_locks shows a bigint advisory key as classid = high 32 bits, objid = low 32 bits,
@@ -899,10 +1004,10 @@ fn fence_expr(seq: u32) -> String {
     )
 }
 
-/// A release or extend whose session did not answer in time. It may still hold the lock, and we
+/// A release, extend, promote or demote whose session did not answer in time. It may still hold the lock, and we
 /// cannot prove either way. So this call says `Unavailable` (the server did not answer, `docs/semantics.md`
 /// §1), and the lease counts as lost from now on: `remaining()` is zero and every later release or
-/// extend gives `Lost`. An extend's session is closed (never reused) only when the lease is released
+/// extend gives `Lost`. Any other call's session is closed (never reused) only when the lease is released
 /// or dropped, so the server frees the lock after the caller has heard, never while it may still
 /// be relying on the lease; until then the server's idle timeout (the TTL) bounds it. A release's
 /// session is closed at once: its caller has stopped relying on the lease already.
@@ -914,7 +1019,7 @@ fn timed_out(
     e: &Failure,
 ) -> Error {
     lease.expire();
-    if what == "extend" {
+    if what != "advisory unlock" {
         held.conn.poisoned = true;
         held.dead = true;
         lease.state = Some(Box::new(held));

@@ -131,6 +131,13 @@
 //!   TTL or a crash drops both). Table: each permit row says its size (`permits`); a grant
 //!   refuses while a live row has another, checked under the count lock with the count. Rows of
 //!   0.2 have NULL there (size unknown) and bind nobody.
+//! * Promote and demote keep the token and are one statement each, so atomic. Advisory: on the
+//!   lease's own session, promote takes `pg_try_advisory_lock` (the session's own share does not
+//!   conflict, other sessions' shares and a waiting writer do) and only then draws the fence and
+//!   lets the share go; demote takes the share, granted at once since only its own exclusive lock
+//!   holds the key, before letting the exclusive lock go. Table: under the key's row lock, the row
+//!   turns this token's (new fence, as an acquire draws it, the key's shares deleted) only while no
+//!   other live share exists; demote turns the row back to `shared` and adds this token's share.
 //! * Restore (picking up a lease by key and token) is table mode only: an advisory lock belongs
 //!   to its session. Force-release: table mode frees the row and every share (the row and its
 //!   fence stay); advisory mode ends the holding sessions with `pg_terminate_backend`, which needs
@@ -392,6 +399,20 @@ impl LockBackend for PostgresBackend {
         match &self.mode {
             Mode::Advisory(a) => a.extend(&self.pools, lease, ttl),
             Mode::Table(t) => t.extend(&self.pools, lease, ttl),
+        }
+    }
+
+    fn try_promote(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        match &self.mode {
+            Mode::Advisory(a) => a.try_promote(&self.pools, lease, ttl),
+            Mode::Table(t) => t.try_promote(&self.pools, lease, ttl),
+        }
+    }
+
+    fn demote(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        match &self.mode {
+            Mode::Advisory(a) => a.demote(&self.pools, lease, ttl),
+            Mode::Table(t) => t.demote(&self.pools, lease, ttl),
         }
     }
 

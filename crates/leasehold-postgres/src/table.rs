@@ -589,6 +589,106 @@ impl Table {
         }
     }
 
+    /// One attempt to turn a shared lease exclusive. Under the key's row lock (which every grant
+    /// takes first, so the next statement's snapshot sees every share granted before), the row
+    /// becomes this token's, with a fence drawn as an exclusive acquire draws it, only while this
+    /// token's share is live and no other share is; the key's shares go with it, so none is left
+    /// behind. Nothing changes otherwise. The last statement says whether the share was ours and
+    /// the new fence; a row already ours (a retry of a try that committed) counts as promoted.
+    pub fn try_promote(&self, pools: &Pools, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        check_owner(lease)?;
+        let key_hex = hex(&lease.key().prefixed(&self.prefix));
+        let sql = format!(
+            "SELECT 1 FROM {t} WHERE key = decode('{key_hex}', 'hex') FOR UPDATE; \
+             WITH c AS (SELECT \
+                          EXISTS (SELECT 1 FROM {s} WHERE key = decode('{key_hex}', 'hex') \
+                                  AND token = '{token}' AND expires_at > clock_timestamp()) AS mine, \
+                          NOT EXISTS (SELECT 1 FROM {s} WHERE key = decode('{key_hex}', 'hex') \
+                                      AND token <> '{token}' AND expires_at > clock_timestamp()) AS alone), \
+                  p AS (UPDATE {t} AS l SET token = '{token}', \
+                          expires_at = clock_timestamp() + interval '1 millisecond' * {ms}, \
+                          fence = greatest(l.fence + 1, nextval({seq}::regclass), \
+                                  floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint) \
+                        FROM c WHERE l.key = decode('{key_hex}', 'hex') AND l.token = '{SHARED}' \
+                          AND c.mine AND c.alone \
+                        RETURNING l.fence), \
+                  gone AS (DELETE FROM {s} WHERE key = decode('{key_hex}', 'hex') \
+                           AND EXISTS (SELECT 1 FROM p)), \
+                  already AS (SELECT fence FROM {t} WHERE key = decode('{key_hex}', 'hex') \
+                              AND token = '{token}' AND expires_at > clock_timestamp()) \
+             SELECT c.mine OR EXISTS (SELECT 1 FROM already), \
+                    coalesce((SELECT fence FROM p), (SELECT fence FROM already)) FROM c",
+            t = self.quoted,
+            s = self.shares,
+            seq = self.fence_seq,
+            token = lease.token().as_str(),
+            ms = ttl.as_millis(),
+        );
+        let deadline = pools.call();
+        let (_conn, result) = timed(pools, deadline, |s| {
+            s.statements(&self.bounded(&sql), deadline)
+        })?;
+        let (sent, statements) = result.map_err(|e| pools.failed("promote", &e))?;
+        let rows = statements.last().map(Vec::as_slice).unwrap_or_default();
+        if last_value(rows, 0) != Some("t") {
+            return Err(Error::Lost(
+                "the key no longer holds this lease's token (expired, or released)".into(),
+            ));
+        }
+        let Some(fence) = number::<u64>(last_value(rows, 1))? else {
+            return Err(held_elsewhere(lease.key()));
+        };
+        lease.set_kind(LeaseKind::Exclusive);
+        lease.set_fence(fence);
+        lease.renewed(ttl, sent);
+        Ok(())
+    }
+
+    /// Turns an exclusive lease shared in one statement: the key's row, while it is this token's
+    /// and live, becomes the shared holders' row (fence kept) and the token gets a share with the
+    /// same fence and expiry, in the same transaction, so the key never looks free. A share of
+    /// this token already there (a retry of a try that committed) counts as demoted.
+    pub fn demote(&self, pools: &Pools, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        check_owner(lease)?;
+        let prefixed = lease.key().prefixed(&self.prefix);
+        let key_hex = hex(&prefixed);
+        // Readers queued for the key may join now.
+        let (_, channel) = wait_queue(&self.name, &prefixed);
+        let sql = format!(
+            "WITH d AS (UPDATE {t} SET token = '{SHARED}', \
+                          expires_at = clock_timestamp() + interval '1 millisecond' * {ms} \
+                        WHERE key = decode('{key_hex}', 'hex') AND token = '{token}' \
+                          AND expires_at > clock_timestamp() \
+                        RETURNING key, fence, expires_at), \
+                  ins AS (INSERT INTO {s} (key, token, fence, expires_at) \
+                          SELECT key, '{token}', fence, expires_at FROM d \
+                          ON CONFLICT (key, token) DO UPDATE \
+                            SET fence = EXCLUDED.fence, expires_at = EXCLUDED.expires_at \
+                          RETURNING fence), \
+                  already AS (SELECT s.fence FROM {s} s JOIN {t} l ON l.key = s.key \
+                              WHERE s.key = decode('{key_hex}', 'hex') AND s.token = '{token}' \
+                                AND s.expires_at > clock_timestamp() AND l.token = '{SHARED}') \
+             SELECT coalesce((SELECT fence FROM ins), (SELECT fence FROM already)), \
+                    pg_notify('{channel}', '')",
+            t = self.quoted,
+            s = self.shares,
+            token = lease.token().as_str(),
+            ms = ttl.as_millis(),
+        );
+        let deadline = pools.call();
+        let (_conn, result) = timed(pools, deadline, |s| s.rows(&self.bounded(&sql), deadline))?;
+        let (sent, rows) = result.map_err(|e| pools.failed("demote", &e))?;
+        if number::<u64>(last_value(&rows, 0))?.is_none() {
+            return Err(Error::Lost(
+                "the key no longer holds this lease's token (expired, or taken by another holder)"
+                    .into(),
+            ));
+        }
+        lease.set_kind(LeaseKind::Shared);
+        lease.renewed(ttl, sent);
+        Ok(())
+    }
+
     fn release_shared(&self, pools: &Pools, lease: &mut RawLease) -> Result<()> {
         let prefixed = lease.key().prefixed(&self.prefix);
         let key_hex = hex(&prefixed);

@@ -65,11 +65,13 @@ fn table_force_release() {
 #[test]
 fn advisory_shared() {
     conformance::run_shared(&|| client("lock=advisory"));
+    conformance::run_promote(&|| client("lock=advisory"));
 }
 
 #[test]
 fn table_shared() {
     conformance::run_shared(&|| client("lock=table&table=shared_locks"));
+    conformance::run_promote(&|| client("lock=table&table=shared_locks"));
 }
 
 #[test]

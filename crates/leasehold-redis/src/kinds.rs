@@ -11,6 +11,12 @@
 //! gets in together. Fences come from the lock's own counter, so readers and writers share one
 //! rising sequence.
 //!
+//! Promote and demote swap a lease's kind with its token in one script each, atomic because a
+//! script runs alone on the server: promote turns the lock key from `#shared` into the token (and
+//! drops the shares' keys) only while no other share is live, drawing a new fence as an exclusive
+//! acquire does; demote turns the token's key into `#shared` with the token's share, fence
+//! unchanged, so it never passes through free. A resent call finds its own first send's result.
+//!
 //! Semaphores: their own keys (`ps:`, `pf:`, `pq:`, `ph:`), holders token → expiry on the
 //! server's clock, expired ones dropped by the next script; the same FIFO queue and wake-up, a
 //! head granted with permits still free waking the next head.
@@ -23,8 +29,8 @@ use crate::kind_keys::{PermitKeys, SharedKeys};
 use crate::node::{millis, Failure, Node, ScriptCall, Via};
 use crate::pause;
 use crate::scripts::{
-    INSPECT_KINDS_SCRIPT, PERMIT_ACQUIRE_SCRIPT, PERMIT_INSPECT_SCRIPT, PERMIT_SETTLE_SCRIPT,
-    SHARED_ACQUIRE_SCRIPT, SHARED_SETTLE_SCRIPT,
+    DEMOTE_SCRIPT, INSPECT_KINDS_SCRIPT, PERMIT_ACQUIRE_SCRIPT, PERMIT_INSPECT_SCRIPT,
+    PERMIT_SETTLE_SCRIPT, PROMOTE_SCRIPT, SHARED_ACQUIRE_SCRIPT, SHARED_SETTLE_SCRIPT,
 };
 use crate::topology::Topology;
 use crate::wire::Wire;
@@ -461,6 +467,110 @@ impl<'a> Single<'a> {
         } else {
             Err(lost(lease.key(), lease.kind()))
         }
+    }
+
+    /// One promote attempt (see `PROMOTE` in `scripts.rs`): the check for other live shares, the
+    /// switch to the exclusive lock and the new fence are one script, so no reader can join
+    /// between them. With `replicas=N`, a promote fewer replicas acknowledged is given back (the
+    /// exclusive key released) and `Lost`, as an extend is: the lease no longer stands.
+    pub(crate) fn try_promote(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        let k = SharedKeys::new(self.prefix, lease.key());
+        let b = &k.base;
+        let token = lease.token();
+        let signal_ttl = millis(self.signal_ttl);
+        let deadline = self.write_deadline();
+        let sent = Instant::now();
+        let (taken, value): (i64, i64) = self.topology.run(b, deadline, |node, via| {
+            let call = ScriptCall::new(&PROMOTE_SCRIPT)
+                .keys([
+                    &b.lock,
+                    &b.fence,
+                    &b.queue,
+                    &b.heartbeats,
+                    &k.shares,
+                    &k.share_fences,
+                ])
+                .arg(token.as_str())
+                .arg(ttl.as_millis())
+                .arg(millis(node.fence_retention()))
+                .arg(&b.signal_prefix)
+                .arg(&b.signal_suffix)
+                .arg(signal_ttl);
+            let (reply, acked): ((i64, i64), _) =
+                node.confirmed("promote", deadline, via, &call)?;
+            if reply.0 == 1 {
+                if let Some(acked) = node.short_of_replicas(acked) {
+                    let given_back = node
+                        .release_via(b, &token, self.signal_ttl, deadline, via)
+                        .map_err(Failure::into_error);
+                    return Err(Failure::from_error(Error::Lost(node.unconfirmed(
+                        "promote",
+                        acked,
+                        &given_back,
+                    ))));
+                }
+            }
+            Ok(reply)
+        })?;
+        match taken {
+            1 => {
+                let fence = u64::try_from(value)
+                    .ok()
+                    .filter(|f| *f >= 1)
+                    .ok_or_else(|| {
+                        Error::Internal(format!("redis promote: fence counter gave {value}"))
+                    })?;
+                lease.set_kind(LeaseKind::Exclusive);
+                lease.set_fence(fence);
+                lease.renewed(ttl, sent);
+                Ok(())
+            }
+            0 => Err(held_elsewhere(lease.key())),
+            _ => Err(lost(lease.key(), LeaseKind::Shared)),
+        }
+    }
+
+    /// Demotes the exclusive lease to a share with the same token and fence, in one script (see
+    /// `DEMOTE` in `scripts.rs`), so the key is never free in between. With `replicas=N`, a demote
+    /// fewer replicas acknowledged is given back (the share released) and `Lost`, as an extend
+    /// is.
+    pub(crate) fn demote(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        let k = SharedKeys::new(self.prefix, lease.key());
+        let b = &k.base;
+        let token = lease.token();
+        let signal_ttl = millis(self.signal_ttl);
+        let deadline = self.write_deadline();
+        let sent = Instant::now();
+        let call = ScriptCall::new(&DEMOTE_SCRIPT)
+            .keys([&b.lock, &b.queue, &b.heartbeats, &k.shares, &k.share_fences])
+            .arg(token.as_str())
+            .arg(ttl.as_millis())
+            .arg(lease.fence())
+            .arg(&b.signal_prefix)
+            .arg(&b.signal_suffix)
+            .arg(signal_ttl);
+        let key = lease.key();
+        let done: bool = self.topology.run(b, deadline, |node, via| {
+            let (done, acked): (i64, _) = node.confirmed("demote", deadline, via, &call)?;
+            if done != 1 {
+                return Ok(false);
+            }
+            let Some(acked) = node.short_of_replicas(acked) else {
+                return Ok(true);
+            };
+            let given_back = self.give_back_on(node, via, LeaseKind::Shared, key, &token, deadline);
+            Err(Failure::from_error(Error::Lost(node.unconfirmed(
+                "demote",
+                acked,
+                &given_back,
+            ))))
+        })?;
+        if !done {
+            return Err(lost(lease.key(), LeaseKind::Exclusive));
+        }
+        lease.set_kind(LeaseKind::Shared);
+        lease.renewed(ttl, sent);
+        Ok(())
     }
 
     pub(crate) fn restore(&self, key: &Key, token: Token) -> Result<RawLease> {

@@ -8,6 +8,12 @@
 //! release is compare-and-delete, extend is compare-and-PEXPIRE; scripts are loaded at connect,
 //! sent by SHA (EVALSHA) and reloaded on NOSCRIPT. Keys and tokens travel only as KEYS/ARGV.
 //!
+//! Promote and demote are one script each (`lua/promote.lua`, `lua/demote.lua`), atomic because a
+//! script runs alone on the server: promote turns the lock key from `#shared` into the token only
+//! while no other share is live, with a new fence drawn as an exclusive acquire draws one; demote
+//! turns the token into `#shared` with its share and the same fence, so the key is never free in
+//! between. Redlock does not offer them yet.
+//!
 //! Waiting is native and first come, first served: a waiting `acquire` joins the key's queue and
 //! blocks in `BLPOP` on a list of its own; a release hands an exclusive lock straight to the
 //! queue's live head (its token, TTL and fence written by the release script, the grant pushed

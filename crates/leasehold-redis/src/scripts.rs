@@ -206,6 +206,40 @@ const SHARED_SETTLE: &str = concat!(
     include_str!("lua/shared_settle.lua"),
 );
 
+/// KEYS: lock, fence, queue, heartbeats, shares, share fences. ARGV: token, ttl ms, fence
+/// retention ms, signal prefix, signal suffix, signal ttl ms.
+///
+/// Promotes the token's share to the exclusive lock when no other unexpired share is left: the
+/// lock key goes from `#shared` to the token with the TTL, the shares' keys are deleted (so the
+/// exclusive release and extend leave none behind), and a fence is drawn as an exclusive acquire
+/// draws it (`fence_at`), above every earlier grant. Returns `{1, fence}`; `{0, pttl}` while
+/// another share lives (nothing changed); `{-1, 0}` when the token holds no live share. A key
+/// already holding the token (a promote sent again after its first send ran) counts as promoted,
+/// with the current fence. When the key's expiry comes sooner than before, the queue's head is
+/// woken, as by an extend.
+const PROMOTE: &str = concat!(
+    include_str!("lua/shared/prelude.lua"),
+    include_str!("lua/promote.lua"),
+);
+
+/// KEYS: lock, queue, heartbeats, shares, share fences. ARGV: token, ttl ms, the lease's fence,
+/// signal prefix, signal suffix, signal ttl ms.
+///
+/// Demotes the exclusive lock the token holds to a share of it, in one step (the key is never
+/// free for a writer to take): the lock key becomes `#shared`, the token's share expires after the
+/// TTL and keeps the lease's fence (for restore). The queue's head is woken: queued readers join
+/// (a reader granted from the head wakes the next), a queued writer keeps waiting, and new
+/// readers still queue behind it. Returns 1, or 0 when the token does not hold the key. A
+/// `#shared` key with the token's live share (a demote sent again after its first send ran) is
+/// renewed and counts as demoted.
+const DEMOTE: &str = concat!(
+    include_str!("lua/shared/prelude.lua"),
+    include_str!("lua/shared/share_helpers.lua"),
+    include_str!("lua/shared/join_or_renew.lua"),
+    include_str!("lua/shared/share_helpers_end.lua"),
+    include_str!("lua/demote.lua"),
+);
+
 /// KEYS: lock, fence, shares, share fences. ARGV: token, fence retention ms. Whether the token
 /// holds the lock: `{1, fence, pttl}` exclusively, `{2, fence, ms left}` as a share, `{0, 0, 0}`
 /// not.
@@ -369,6 +403,8 @@ pub(crate) static SHARED_ACQUIRE_SCRIPT: LazyLock<Script> =
 pub(crate) static SHARED_SETTLE_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(SHARED_SETTLE));
 pub(crate) static RESTORE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RESTORE));
+pub(crate) static PROMOTE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(PROMOTE));
+pub(crate) static DEMOTE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(DEMOTE));
 pub(crate) static FORCE_RELEASE_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(FORCE_RELEASE));
 pub(crate) static INSPECT_KINDS_SCRIPT: LazyLock<Script> =
@@ -401,9 +437,11 @@ pub(crate) static REDLOCK_GATE_REACH_SCRIPT: LazyLock<Script> =
 
 pub(crate) static RECORD_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RECORD));
 
-pub(crate) static ALL: [&LazyLock<Script>; 24] = [
+pub(crate) static ALL: [&LazyLock<Script>; 26] = [
     &SHARED_ACQUIRE_SCRIPT,
     &SHARED_SETTLE_SCRIPT,
+    &PROMOTE_SCRIPT,
+    &DEMOTE_SCRIPT,
     &RESTORE_SCRIPT,
     &FORCE_RELEASE_SCRIPT,
     &INSPECT_KINDS_SCRIPT,

@@ -462,6 +462,15 @@ impl LockBackend for RedisBackend {
         }
     }
 
+    /// Shared ⇄ exclusive with the same token, each one script (see `kinds.rs`).
+    fn try_promote(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        self.kinds().try_promote(lease, ttl)
+    }
+
+    fn demote(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        self.kinds().demote(lease, ttl)
+    }
+
     /// With its holders: 1 for an exclusive lease, the number of shares for a shared one.
     fn inspect(&self, key: &Key) -> Result<KeyInfo> {
         self.kinds().inspect_as(key, LeaseKind::Exclusive)

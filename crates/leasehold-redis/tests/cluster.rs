@@ -43,6 +43,7 @@ fn restore_and_force_release() {
 fn shared_locks() {
     let url = cluster().url();
     conformance::run_shared(&|| client(&url));
+    conformance::run_promote(&|| client(&url));
 }
 
 #[test]

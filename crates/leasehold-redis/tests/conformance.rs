@@ -46,6 +46,7 @@ fn shared_locks() {
     let server = RedisServer::start();
     let url = server.url();
     conformance::run_shared(&|| common::client(&url));
+    conformance::run_promote(&|| common::client(&url));
 }
 
 #[test]

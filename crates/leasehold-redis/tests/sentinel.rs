@@ -23,6 +23,7 @@ fn conformance_suite() {
     conformance::run_restore(&|| client(&url));
     conformance::run_force_release(&|| client(&url));
     conformance::run_shared(&|| client(&url));
+    conformance::run_promote(&|| client(&url));
     conformance::run_semaphore(&|| client(&url));
     conformance::run_semaphore_size(&|| client(&url));
     conformance::semaphore_limit(&client(&url), 3, 8, 50);

@@ -87,7 +87,9 @@ final class LeaseholdStore implements
         $this->prune();
         $lock = $this->lease($key);
         if ($lock !== null && self::isRead($key)) {
-            throw self::notAtomic($key, 'promote a read lock to a write lock');
+            $this->promote($key, $lock, 0.0);
+            $this->settle($key, $lock);
+            return;
         }
         if ($lock !== null) {
             // Saving a Key this store already holds refreshes it, as Symfony's stores do.
@@ -112,7 +114,15 @@ final class LeaseholdStore implements
     /** Waits natively (woken when the key is released, not polling) for at most $maxWait seconds. */
     public function waitAndSave(Key $key): void
     {
-        if ($this->lease($key) !== null) {
+        $held = $this->lease($key);
+        if ($held !== null && self::isRead($key)) {
+            // Waits for the other readers to leave, new readers held back where the backend can.
+            $this->promote($key, $held, $this->maxWait);
+            $key->reduceLifetime($this->initialTtl);
+            $this->settle($key, $held);
+            return;
+        }
+        if ($held !== null) {
             $this->save($key);
             return;
         }
@@ -181,10 +191,12 @@ final class LeaseholdStore implements
         if ($lock === null) {
             return null;
         }
-        if (!self::isRead($key)) {
-            throw self::notAtomic($key, 'demote a write lock to a read lock');
-        }
         try {
+            if (!self::isRead($key)) {
+                // Atomically, keeping the token: no writer can get in between.
+                $lock->demote();
+                $this->hold($key, $lock);
+            }
             $lock->extend($this->initialTtl);
             return $lock;
         } catch (LockLostException) {
@@ -422,17 +434,29 @@ final class LeaseholdStore implements
     }
 
     /**
-     * Symfony's promote (read → write) and demote (write → read) of a held Key: no Leasehold backend can swap a
-     * lease's kind in one atomic step, and doing it in two would let another writer in between. Release, then
-     * acquire the other kind.
+     * Symfony's promote (read → write) of a held Key: atomically and keeping the token, once no other reader is
+     * left (waiting up to $wait seconds). A backend that cannot (Redlock) says so: NotSupportedException.
+     *
+     * @throws LockConflictedException other readers stayed, or the lease was lost
      */
-    private static function notAtomic(Key $key, string $what): \Exception
+    private function promote(Key $key, LockInterface $lock, float $wait): void
     {
-        $message = sprintf(
-            'Leasehold cannot %s atomically ("%s"): release() it, then acquire it the other way.',
-            $what,
-            $key,
-        );
+        try {
+            $promoted = $lock->promote($wait);
+        } catch (LockLostException $lost) {
+            $this->forget($key);
+            throw new LockConflictedException(sprintf('The "%s" read lock was lost: %s', $key, $lost->getMessage()));
+        } catch (LeaseholdInvalidArgument $refused) {
+            throw self::notSupported($refused->getMessage());
+        }
+        if (!$promoted) {
+            throw new LockConflictedException(sprintf('The "%s" lock is also held by other readers.', $key));
+        }
+        $this->hold($key, $lock);
+    }
+
+    private static function notSupported(string $message): \Exception
+    {
         // NotSupportedException exists up to symfony/lock 5.4 (deprecated); 6.x removed it.
         // The @: loading the class triggers its deprecation notice.
         if (@class_exists(NotSupportedException::class)) {

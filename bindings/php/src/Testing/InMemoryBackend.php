@@ -152,6 +152,36 @@ final class InMemoryBackend
     }
 
     /**
+     * One attempt to turn a shared lease exclusive (or an exclusive one shared, with $toShared), keeping its token
+     * and renewing its TTL. Null when other holders are left (promote only).
+     *
+     * @return array{fence: int, deadline: float}|null
+     * @throws LockLostException
+     */
+    public function swapKind(string $slot, string $token, bool $toShared): ?array
+    {
+        $now = $this->clock->now();
+        $this->expire($slot, $now);
+        if (!isset($this->leases[$slot][$token])) {
+            throw self::lost($slot, $toShared ? 'demote' : 'promote');
+        }
+        $lease = &$this->leases[$slot][$token];
+        if (!$toShared) {
+            if (count($this->leases[$slot]) > 1) {
+                return null;
+            }
+            $this->fences[$slot] = ($this->fences[$slot] ?? 0) + 1;
+            $lease['fence'] = $this->fences[$slot];
+        }
+        $lease['kind'] = $toShared ? self::SHARED : self::EXCLUSIVE;
+        $lease['deadline'] = $now + $lease['ttl'];
+        if ($lease['renewedFrom'] !== null) {
+            $lease['renewedFrom'] = $now;
+        }
+        return ['fence' => $lease['fence'], 'deadline' => $lease['deadline']];
+    }
+
+    /**
      * The lease's deadline as renewals (keepAlive) have left it, or null when the token no longer holds the slot.
      */
     public function deadline(string $slot, string $token): ?float

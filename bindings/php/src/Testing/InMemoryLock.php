@@ -30,6 +30,8 @@ final class InMemoryLock implements LockInterface
     private float $deadline = 0.0;
     private bool $keepingAlive = false;
     private ?LeaseholdException $keepAliveFailure = null;
+    /** Whether the held lease is shared now, after promote() or demote(); null: as this object was created. */
+    private ?bool $sharedNow = null;
 
     /** @internal use InMemoryClient */
     public function __construct(
@@ -79,6 +81,55 @@ final class InMemoryLock implements LockInterface
             $this->forget();
             throw $lost;
         }
+    }
+
+    public function promote(mixed $wait = 0.0): bool
+    {
+        $waitMs = Seconds::toMillis($wait, 'wait');
+        if ($this->token === null || !$this->isShared()) {
+            throw new InvalidArgumentException(sprintf(
+                'cannot promote lock %s: this object holds no shared lease',
+                Key::describe($this->key),
+            ));
+        }
+        $clock = $this->backend->clock();
+        $giveUpAt = $clock->now() + $waitMs / 1000.0;
+        while (true) {
+            $swapped = $this->swap(false);
+            if ($swapped || $clock->now() >= $giveUpAt) {
+                return $swapped;
+            }
+            // Only another reader's expiry can free the key while this PHP code waits: poll on the clock.
+            $clock->sleep(min(0.01, max($giveUpAt - $clock->now(), 1e-6)));
+        }
+    }
+
+    public function demote(): void
+    {
+        if ($this->token === null || $this->isShared() || $this->permits > 0) {
+            throw new InvalidArgumentException(sprintf(
+                'cannot demote lock %s: this object holds no exclusive lease',
+                Key::describe($this->key),
+            ));
+        }
+        $this->swap(true);
+    }
+
+    private function swap(bool $toShared): bool
+    {
+        try {
+            $lease = $this->backend->swapKind($this->slot(), (string) $this->token, $toShared);
+        } catch (LockLostException $lost) {
+            $this->forget();
+            throw $lost;
+        }
+        if ($lease === null) {
+            return false;
+        }
+        $this->fence = $lease['fence'];
+        $this->deadline = $lease['deadline'];
+        $this->sharedNow = $toShared;
+        return true;
     }
 
     public function keepAlive(bool $enabled = true): void
@@ -163,7 +214,7 @@ final class InMemoryLock implements LockInterface
 
     public function isShared(): bool
     {
-        return $this->shared;
+        return ($this->token !== null ? $this->sharedNow : null) ?? $this->shared;
     }
 
     public function permits(): ?int
@@ -229,6 +280,7 @@ final class InMemoryLock implements LockInterface
             return false;
         }
         $this->token = $lease['token'];
+        $this->sharedNow = null;
         $this->fence = $lease['fence'];
         $this->deadline = $lease['deadline'];
         $this->keepingAlive = false;

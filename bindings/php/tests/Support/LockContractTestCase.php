@@ -54,6 +54,41 @@ abstract class LockContractTestCase extends LeaseholdTestCase
         $writer->release();
     }
 
+    public function testPromoteAndDemoteKeepTheToken(): void
+    {
+        $client = $this->client();
+        $key = self::uniqueKey('promote');
+        $lock = $client->createSharedLock($key, 10.0);
+        $other = $client->createSharedLock($key, 10.0);
+        self::assertTrue($lock->tryAcquire());
+        self::assertTrue($other->tryAcquire());
+        $token = $lock->token();
+        $fence = (int) $lock->fence();
+        self::assertFalse($lock->promote(), 'not while another reader holds the key');
+        self::assertTrue($lock->isShared() && $lock->isAcquired(), 'still reading');
+        $other->release();
+        self::assertTrue($lock->promote(0.5));
+        self::assertFalse($lock->isShared());
+        self::assertSame($token, $lock->token());
+        self::assertGreaterThan($fence, $lock->fence(), 'a new fence');
+        self::assertFalse($client->createSharedLock($key, 10.0)->tryAcquire(), 'a writer now');
+        $lock->demote();
+        self::assertTrue($lock->isShared());
+        self::assertSame($token, $lock->token());
+        $reader = $client->createSharedLock($key, 10.0);
+        self::assertTrue($reader->tryAcquire(), 'readers join a demoted lease');
+        self::assertHeldElsewhere($client, $key, 'writers do not');
+        $reader->release();
+        $lock->release();
+        self::assertTrue($lock->isShared(), 'released, it is the shared lock it was created as');
+        try {
+            $lock->demote();
+            self::fail('demote of a lock not held');
+        } catch (InvalidArgumentException $e) {
+            self::assertStringContainsString('holds no exclusive lease', $e->getMessage());
+        }
+    }
+
     public function testSemaphoresCountPermits(): void
     {
         $client = $this->client();

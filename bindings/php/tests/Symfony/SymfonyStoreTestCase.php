@@ -11,10 +11,8 @@ use Leasehold\Tests\Support\Frameworks;
 use Leasehold\Tests\Support\LeaseholdTestCase;
 use Leasehold\Tests\Support\Php;
 use Leasehold\Tests\Support\Underneath;
-use Symfony\Component\Lock\Exception\LockAcquiringException;
 use Symfony\Component\Lock\Exception\LockConflictedException;
 use Symfony\Component\Lock\Exception\LockExpiredException;
-use Symfony\Component\Lock\Exception\NotSupportedException;
 use Symfony\Component\Lock\Key;
 use Symfony\Component\Lock\LockFactory;
 
@@ -258,7 +256,7 @@ abstract class SymfonyStoreTestCase extends LeaseholdTestCase
         $store->delete($writerKey);
     }
 
-    public function testWaitAndSaveReadWakesWhenTheWriterLeavesAndPromotionIsRefusedClearly(): void
+    public function testWaitAndSaveReadWakesWhenTheWriterLeavesAndThenPromotes(): void
     {
         $resource = self::uniqueKey('sf-read-wait');
         $writer = $this->store();
@@ -279,15 +277,95 @@ abstract class SymfonyStoreTestCase extends LeaseholdTestCase
         $waiter->waitAndSaveRead($read);
         self::assertTrue($waiter->exists($read));
         self::assertIsInt($waiter->fence($read));
+        $readFence = $waiter->fence($read);
+        $waiter->save($read);
+        self::assertTrue($waiter->exists($read), 'the only reader is promoted');
+        self::assertGreaterThan($readFence, $waiter->fence($read), 'with a new fence');
         try {
-            $waiter->save($read);
-            self::fail('promotion must be refused');
-        } catch (NotSupportedException | LockAcquiringException $e) {
-            self::assertStringContainsString('atomically', $e->getMessage());
+            $this->store()->saveRead(new Key($resource));
+            self::fail('a reader must wait for the promoted writer');
+        } catch (LockConflictedException) {
+            self::assertTrue($waiter->exists($read));
         }
-        self::assertTrue($waiter->exists($read), 'a refused promotion keeps the read lease');
         $waiter->delete($read);
         self::assertFalse($waiter->exists($read));
+    }
+
+    /** Symfony 5.4's SharedLockStoreTestTrait::testSharedLockPromote, case for case. */
+    public function testSharedLockPromote(): void
+    {
+        $store = $this->store();
+        $resource = self::uniqueKey('sf-promote');
+        $key1 = new Key($resource);
+        $key2 = new Key($resource);
+        $store->saveRead($key1);
+        $store->saveRead($key2);
+        try {
+            $store->save($key1);
+            self::fail('the Symfony contract says a shared lock with other readers cannot be promoted');
+        } catch (LockConflictedException) {
+            self::assertTrue($store->exists($key1), 'a refused promotion keeps the read lease');
+        }
+        $store->delete($key2);
+        $store->save($key1);
+        self::assertTrue($store->exists($key1), 'promoted once the other reader left');
+        $store->delete($key1);
+    }
+
+    /** Symfony 5.4's SharedLockStoreTestTrait::testSharedLockPromoteAllowed. */
+    public function testSharedLockPromoteAllowed(): void
+    {
+        $store = $this->store();
+        $resource = self::uniqueKey('sf-promote-allowed');
+        $key1 = new Key($resource);
+        $key2 = new Key($resource);
+        $store->saveRead($key1);
+        $store->save($key1);
+        try {
+            $store->saveRead($key2);
+            self::fail('the Symfony contract says a promoted lock refuses readers');
+        } catch (LockConflictedException) {
+            self::assertTrue(true);
+        }
+        self::assertTrue($store->exists($key1));
+        self::assertFalse($store->exists($key2));
+        $store->delete($key1);
+    }
+
+    /** Symfony 5.4's SharedLockStoreTestTrait::testSharedLockDemote. */
+    public function testSharedLockDemote(): void
+    {
+        $store = $this->store();
+        $resource = self::uniqueKey('sf-demote');
+        $key1 = new Key($resource);
+        $key2 = new Key($resource);
+        $store->save($key1);
+        $store->saveRead($key1);
+        $store->saveRead($key2);
+        self::assertTrue($store->exists($key1));
+        self::assertTrue($store->exists($key2));
+        $store->delete($key1);
+        $store->delete($key2);
+    }
+
+    /** Symfony's Lock end to end: acquireRead(), then acquire() waits for the other reader, then promotes. */
+    public function testALockReadThenAcquiredIsPromotedWhenTheOtherReaderLeaves(): void
+    {
+        $factory = new LockFactory($this->store(300.0, 5.0));
+        $rival = new LockFactory($this->store());
+        $resource = self::uniqueKey('sf-lock-promote');
+        $lock = $factory->createLock($resource, 10.0);
+        $other = $rival->createLock($resource, 10.0);
+        self::assertTrue($lock->acquireRead());
+        self::assertTrue($other->acquireRead());
+        self::assertFalse($lock->acquire(), 'not while another reader holds it');
+        self::assertTrue($lock->isAcquired(), 'still reading');
+        $other->release();
+        self::assertTrue($lock->acquire(true));
+        self::assertFalse($rival->createLock($resource, 10.0)->acquireRead(), 'a writer now');
+        $lock->acquireRead();
+        self::assertTrue($rival->createLock($resource, 10.0)->acquireRead(), 'demoted: readers join');
+        $lock->release();
     }
 
     public function testAForkedProcessBlocksInWaitAndSaveUntilTheOtherReleases(): void
