@@ -241,6 +241,10 @@ pub struct Polling<'a, B: crate::LockBackend + ?Sized> {
     end: Instant,
     /// When the latest attempt returned.
     answered: Option<Instant>,
+    /// Why the latest attempt was refused, for a wait that ends without another attempt: the
+    /// caller gets the backend's own reason (a Redlock round that outlasted its TTL says so), not
+    /// a generic "held by another owner" for a key nobody may hold.
+    refusal: Option<String>,
 }
 
 impl<'a, B: crate::LockBackend + ?Sized> Polling<'a, B> {
@@ -259,6 +263,7 @@ impl<'a, B: crate::LockBackend + ?Sized> Polling<'a, B> {
             pause: Pause::new(),
             end,
             answered: None,
+            refusal: None,
         }
     }
 }
@@ -269,10 +274,16 @@ impl<B: crate::LockBackend + ?Sized> Waiter for Polling<'_, B> {
     /// take the call past wait + connect + I/O. A polling waiter holds no place to give up.
     fn attempt(&mut self, last: bool, _block_until: Instant) -> Result<Turn> {
         if last && self.answered.is_some_and(|at| at >= self.end) {
-            return Ok(Turn::NotYet { holder_left: None });
+            return match self.refusal.take() {
+                Some(why) => Err(Error::NotAcquired(why)),
+                None => Ok(Turn::NotYet { holder_left: None }),
+            };
         }
         let result = self.backend.try_acquire_as(self.key, self.kind, self.ttl);
         self.answered = Some(Instant::now());
+        if let Err(Error::NotAcquired(why)) = &result {
+            self.refusal = Some(why.clone());
+        }
         result.map(Turn::Granted)
     }
 
@@ -354,7 +365,9 @@ mod tests {
         fn try_acquire(&self, key: &Key, _: Ttl) -> Result<RawLease> {
             std::thread::sleep(self.each);
             self.attempts.fetch_add(1, Ordering::Relaxed);
-            Err(held_elsewhere(key))
+            Err(Error::NotAcquired(format!(
+                "key \"{key}\": a quorum granted it, but its TTL left no validity"
+            )))
         }
         fn release(&self, _: &mut RawLease) -> Result<()> {
             unreachable!()
@@ -378,8 +391,13 @@ mod tests {
         let key = Key::new(b"k").unwrap();
         let ttl = Ttl::new(Duration::from_secs(1)).unwrap();
         let result = poll_acquire(&slow, &key, ttl, Duration::from_millis(20));
-        assert!(matches!(result, Err(Error::NotAcquired(_))), "{result:?}");
         assert_eq!(slow.attempts.load(Ordering::Relaxed), 1);
+        // The wait ends with that attempt's own reason, never a generic "held by another owner"
+        // for a key the backend did not say was held.
+        match result {
+            Err(Error::NotAcquired(why)) => assert!(why.contains("left no validity"), "{why}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
