@@ -139,7 +139,21 @@ impl LeaseCell {
         let start = Instant::now();
         let result = self.backend.extend(&mut state.raw, held);
         self.stats.round_trip(start.elapsed());
-        match &result {
+        self.settle(state, &result, ttl, sent, what);
+        result
+    }
+
+    /// Judges a call that renews the lease (extend, promote, demote), sent at `sent` for `ttl`,
+    /// and publishes what the holder may now believe.
+    fn settle(
+        &self,
+        state: &mut LeaseState,
+        result: &Result<()>,
+        ttl: Ttl,
+        sent: BootTime,
+        what: &str,
+    ) {
+        match result {
             Ok(()) => {
                 state.ttl = ttl;
                 let proven = state.unknown_extend.map_or(ttl, |late| late.min(ttl));
@@ -149,11 +163,12 @@ impl LeaseCell {
                 self.note_lost(state, what);
                 state.raw.expire();
             }
-            // Refused before anything was sent.
-            Err(Error::InvalidArgument(_)) => {}
+            // Refused before anything was sent, or (promote) another holder is left: nothing
+            // changed on the server.
+            Err(Error::InvalidArgument(_)) | Err(Error::NotAcquired(_)) => {}
             Err(e) => {
                 self.note_error(e, what);
-                // The extend may or may not have run (a reply lost, a call that timed out), and a
+                // The call may or may not have run (a reply lost, a call that timed out), and a
                 // server that did not answer in time may have let the key expire: until a later
                 // extend is confirmed, nothing proves the key is still ours.
                 state.unknown_extend = Some(state.unknown_extend.map_or(ttl, |t| t.min(ttl)));
@@ -161,7 +176,6 @@ impl LeaseCell {
             }
         }
         self.publish(state);
-        result
     }
 }
 
@@ -426,34 +440,17 @@ impl Lease {
             _ => cell.backend.demote(&mut state.raw, held),
         };
         cell.stats.round_trip(start.elapsed());
-        match &result {
-            Ok(()) => {
-                let proven = state.unknown_extend.map_or(ttl, |late| late.min(ttl));
-                state.raw.cap_from(proven, sent);
-                cell.fence.store(state.raw.fence(), Ordering::Release);
-                let swapped = match to {
-                    LeaseKind::Exclusive => SWAPPED_EXCLUSIVE,
-                    _ => SWAPPED_SHARED,
-                };
-                cell.swapped.store(swapped, Ordering::Release);
-                tracing::debug!(target: "leasehold", event = what, backend = cell.backend.name(),
-                    key = %cell.key, fence = state.raw.fence());
-            }
-            // Another holder is left (promote), or the backend does not offer it: nothing changed.
-            Err(Error::NotAcquired(_)) | Err(Error::InvalidArgument(_)) => {}
-            Err(Error::Lost(_)) => {
-                cell.note_lost(&mut state, what);
-                state.raw.expire();
-            }
-            Err(e) => {
-                cell.note_error(e, what);
-                // It may have run: the key may be held either way now, or have expired while the
-                // server did not answer. Nothing proves it ours until a later call is confirmed.
-                state.unknown_extend = Some(state.unknown_extend.map_or(ttl, |t| t.min(ttl)));
-                state.raw.expire();
-            }
+        if result.is_ok() {
+            cell.fence.store(state.raw.fence(), Ordering::Release);
+            let swapped = match to {
+                LeaseKind::Exclusive => SWAPPED_EXCLUSIVE,
+                _ => SWAPPED_SHARED,
+            };
+            cell.swapped.store(swapped, Ordering::Release);
+            tracing::debug!(target: "leasehold", event = what, backend = cell.backend.name(),
+                key = %cell.key, fence = state.raw.fence());
         }
-        cell.publish(&state);
+        cell.settle(&mut state, &result, ttl, sent, what);
         result
     }
 
