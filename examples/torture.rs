@@ -118,7 +118,9 @@ fn for_url(url: &str, seed: u64, duration: Duration) -> scenarios::Setup {
         plan.handoff_chance = 0.0;
     }
     if session == Some("mysql") {
+        // Named locks: no shared leases, so no promote or demote either.
         plan.shared = false;
+        plan.swaps = false;
     }
     let mut catalogue = Catalogue::new();
     catalogue.proxy_faults(&proxies, plan.io_timeout, session.is_none());

@@ -498,6 +498,7 @@ pub fn mysql(mode: &str, seed: u64, duration: Duration) -> Setup {
     let table = mode == "table";
     if !table {
         plan.shared = false;
+        plan.swaps = false;
         plan.handoff_chance = 0.0;
     }
     let mut catalogue = Catalogue::new();

@@ -1,9 +1,9 @@
 //! The torture workers, shared by the torture test (tests/torture.rs) and the soak
 //! (examples/torture.rs): threads that take exclusive, shared and permit leases, extend them
-//! sometimes (with another TTL), write to a fenced store (exclusive holders, with their fence),
-//! sometimes pause past their TTL or hand their lease to another worker (detach, then restore by
-//! token), and release, recording every call and what the holder believed of its lease after each
-//! (`remaining()`) in a history for the checker.
+//! sometimes (with another TTL), promote readers and demote writers sometimes, write to a fenced
+//! store (while exclusive, with their fence), sometimes pause past their TTL or hand their lease to
+//! another worker (detach, then restore by token), and release, recording every call and what the
+//! holder believed of its lease after each (`remaining()`) in a history for the checker.
 
 #![allow(dead_code)]
 
@@ -47,6 +47,8 @@ pub struct Plan {
     pub permits: Option<u32>,
     /// Chance that an exclusive holder detaches its lease for another worker to restore by token.
     pub handoff_chance: f64,
+    /// Whether holders promote shared leases and demote exclusive ones (backends that offer it).
+    pub swaps: bool,
     /// What the URL adds to the bound of an acquire attempt and an extend: `replicas_timeout_ms`
     /// with `replicas=N` (the `WAIT` for the replicas' acknowledgement runs inside the call).
     pub write_allowance: Duration,
@@ -68,6 +70,8 @@ impl Plan {
             shared: true,
             permits: Some(2),
             handoff_chance: 0.05,
+            // Redlock refuses promote and demote.
+            swaps: !url.starts_with("redlock"),
             write_allowance: Duration::ZERO,
         }
     }
@@ -249,16 +253,13 @@ fn worker(w: usize, plan: &Plan, url: &str, sh: &Shared) {
                 Ok(lease) => {
                     h.ok(r, Some(lease.fence()));
                     h.believe(hd.lease, || lease.remaining());
-                    hold(
-                        w,
-                        plan,
-                        &mut rng,
-                        sh,
-                        &hd.key,
-                        hd.lease,
-                        lease,
-                        Mode::Exclusive,
-                    );
+                    let held = Held {
+                        key: &hd.key,
+                        id: hd.lease,
+                        mode: Mode::Exclusive,
+                        ttl: None,
+                    };
+                    hold(w, plan, &mut rng, sh, held, lease);
                 }
                 Err(e) => h.fail(r, outcome_of(&e)),
             }
@@ -282,7 +283,13 @@ fn worker(w: usize, plan: &Plan, url: &str, sh: &Shared) {
             Ok(lease) => {
                 h.ok(id, Some(lease.fence()));
                 h.believe(id, || lease.remaining());
-                hold(w, plan, &mut rng, sh, &key, id, lease, mode);
+                let held = Held {
+                    key: &key,
+                    id,
+                    mode,
+                    ttl: Some(ttl),
+                };
+                hold(w, plan, &mut rng, sh, held, lease);
             }
             Err(e) => {
                 h.fail(id, outcome_of(&e));
@@ -295,22 +302,31 @@ fn worker(w: usize, plan: &Plan, url: &str, sh: &Shared) {
     }
 }
 
-/// What a holder does with a lease (acquired, or restored: `id` is the acquire it continues):
-/// works (or pauses past its TTL), maybe extends, writes with its fence if exclusive, then hands
-/// it off or releases it. A belief is recorded after every call and right before the write.
-#[allow(clippy::too_many_arguments)]
-fn hold(
-    w: usize,
-    plan: &Plan,
-    rng: &mut fastrand::Rng,
-    sh: &Shared,
-    key: &str,
+/// A lease a worker holds, as its history knows it.
+struct Held<'a> {
+    key: &'a str,
+    /// The acquire it came from (a restored lease continues its acquire).
     id: OpId,
-    mut lease: Lease,
+    /// As acquired.
     mode: Mode,
-) {
+    /// Its TTL as last granted, when this worker knows it (not for a restored lease, which then
+    /// neither promotes nor demotes: their records carry the TTL they renew).
+    ttl: Option<Duration>,
+}
+
+/// What a holder does with a lease (acquired, or restored): works (or pauses past its TTL), maybe
+/// extends, maybe promotes a shared lease, writes with its fence while exclusive, maybe demotes,
+/// then hands it off or releases it. A belief is recorded after every call and right before the
+/// write.
+fn hold(w: usize, plan: &Plan, rng: &mut fastrand::Rng, sh: &Shared, held: Held, mut lease: Lease) {
     let h = &*sh.history;
-    let fence = lease.fence();
+    let Held {
+        key,
+        id,
+        mode,
+        mut ttl,
+    } = held;
+    let mut exclusive = mode == Mode::Exclusive;
     if rng.f64() < plan.pause_chance {
         // A holder paused (GC, SIGSTOP) past its TTL, then writing as if nothing happened: the
         // store must refuse it if a newer holder has written.
@@ -323,26 +339,42 @@ fn hold(
             let x = h.invoke(Op::extend(w, key, id, new_ttl, plan.extend_bound()));
             let result = lease.extend(new_ttl);
             match &result {
-                Ok(()) => h.ok(x, None),
+                Ok(()) => {
+                    h.ok(x, None);
+                    ttl = ttl.map(|_| new_ttl);
+                }
                 Err(e) => h.fail(x, outcome_of(e)),
             }
             h.believe(id, || lease.remaining());
-            if result.is_err() && !lease.is_held() {
-                // The client says the lease is over (an extend that found it lost, or one whose
-                // session had to be dropped): from here on the holder does not rely on it, as a
-                // careful worker would not. Recorded as the start of giving it back (which ends
-                // the lease's validity window), but not as settled: the server may hold the key
-                // until the release below (a PostgreSQL advisory session is closed then, not
-                // inside the extend).
-                let gone = h.invoke(Op::release(w, key, id, plan.call_bound()));
-                h.fail(gone, Outcome::Failed);
+            if result.is_err() {
+                gave_up(w, plan, h, key, id, &lease);
             }
         }
     }
-    if mode == Mode::Exclusive {
+    let swaps = plan.swaps && lease.is_held();
+    if let (true, Mode::Shared, Some(ttl)) = (swaps, mode, ttl) {
+        if rng.u8(..3) == 0 {
+            // A reader that turns writer: granted once the other readers have left.
+            let wait = Duration::from_millis(rng.u64(0..=100));
+            let x = h.invoke(Op::promote(w, key, id, ttl, wait, plan.acquire_bound(wait)));
+            let result = lease.promote(wait);
+            match &result {
+                Ok(()) => {
+                    h.ok(x, Some(lease.fence()));
+                    exclusive = true;
+                }
+                Err(e) => h.fail(x, outcome_of(e)),
+            }
+            h.believe(id, || lease.remaining());
+            if result.is_err() {
+                gave_up(w, plan, h, key, id, &lease);
+            }
+        }
+    }
+    if exclusive {
         h.believe(id, || lease.remaining());
-        sh.store.write_recorded(h, w, key, Some(id), fence);
-        if rng.f64() < plan.handoff_chance && lease.is_held() {
+        sh.store.write_recorded(h, w, key, Some(id), lease.fence());
+        if mode == Mode::Exclusive && rng.f64() < plan.handoff_chance && lease.is_held() {
             // Detached: the key stays held under this token until its TTL or the restorer's
             // release; this worker no longer records anything for it.
             let token = lease.token().to_string();
@@ -357,6 +389,23 @@ fn hold(
                 });
             return;
         }
+        if let (true, Some(ttl)) = (swaps && lease.is_held(), ttl) {
+            if rng.u8(..4) == 0 {
+                // A writer done writing that lets readers in before it lets go.
+                let x = h.invoke(Op::demote(w, key, id, ttl, plan.extend_bound()));
+                let result = lease.demote();
+                match &result {
+                    Ok(()) => h.ok(x, None),
+                    Err(e) => h.fail(x, outcome_of(e)),
+                }
+                h.believe(id, || lease.remaining());
+                if result.is_err() {
+                    gave_up(w, plan, h, key, id, &lease);
+                }
+                let remaining = lease.remaining().as_millis() as u64;
+                std::thread::sleep(Duration::from_millis(rng.u64(0..=remaining / 8)));
+            }
+        }
     }
     let r = h.invoke(Op::release(w, key, id, plan.call_bound()));
     match lease.release_in_place() {
@@ -368,6 +417,18 @@ fn hold(
         // A release of unknown outcome: the key runs out at its TTL. Detaching (rather than
         // dropping, which would try again) keeps this one call per release, within its bound.
         lease.forget();
+    }
+}
+
+/// After a call on the lease failed: when the client says the lease is over (a call that found it
+/// lost, or one whose session had to be dropped), the holder no longer relies on it, as a careful
+/// worker would not. Recorded as the start of giving it back (which ends the lease's validity
+/// window), but not as settled: the server may hold the key until the release that follows (a
+/// PostgreSQL advisory session is closed then, not inside the failed call).
+fn gave_up(w: usize, plan: &Plan, h: &History, key: &str, id: OpId, lease: &Lease) {
+    if !lease.is_held() {
+        let gone = h.invoke(Op::release(w, key, id, plan.call_bound()));
+        h.fail(gone, Outcome::Failed);
     }
 }
 

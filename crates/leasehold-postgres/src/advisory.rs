@@ -932,8 +932,12 @@ const SIZE_FREE: &str = "current_setting('leasehold.size', true) = ''";
 /// The `pg_locks` scan (which takes every lock partition of the server) is skipped while the
 /// semaphore has holders of this size: the exclusive try of this size's lock fails then, and
 /// since grants only ever add a holder of the size that all live holders have, no other size can
-/// be held. When it succeeds it is the transaction's, and no other session asks for that lock
-/// (only grants do, one at a time); the grant's own shared session lock on it does not conflict.
+/// be held. For that, the try may fail only because of live holders' shared locks, so it is a
+/// session lock given back in the same expression (the inner `CASE`, with no interrupt check
+/// between the two calls), never a transaction lock: at commit PostgreSQL releases a
+/// transaction's locks partition by partition and wakes each one's waiters as it goes, so the
+/// next grant could get the grant lock while this transaction still held the size lock, read its
+/// failed try as "holders of my size", and grant beside holders of another size.
 fn permit_check(prefixed: &[u8], permits: Permits) -> String {
     let (grant, _) = semaphore_internal("grant", "", prefixed);
     let n = permits.get();
@@ -942,13 +946,15 @@ fn permit_check(prefixed: &[u8], permits: Permits) -> String {
     format!(
         "SELECT pg_advisory_xact_lock({grant}); \
          SELECT set_config('leasehold.size', \
-           CASE WHEN pg_try_advisory_xact_lock({size}) THEN coalesce(( \
-             SELECT (objid::int8 & 65535)::text FROM pg_locks \
-             WHERE locktype = 'advisory' AND granted AND objsubid = 1 \
-               AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
-               AND classid = {high} AND (objid::int8 >> 16) = {middle} \
-               AND (objid::int8 & 65535) <> {n} \
-             LIMIT 1), '') ELSE '' END, true)",
+           CASE WHEN pg_try_advisory_lock({size}) THEN \
+             CASE WHEN pg_advisory_unlock({size}) IS NOT NULL THEN coalesce(( \
+               SELECT (objid::int8 & 65535)::text FROM pg_locks \
+               WHERE locktype = 'advisory' AND granted AND objsubid = 1 \
+                 AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+                 AND classid = {high} AND (objid::int8 >> 16) = {middle} \
+                 AND (objid::int8 & 65535) <> {n} \
+               LIMIT 1), '') END \
+           ELSE '' END, true)",
         high = bits >> 32,
         middle = (bits >> 16) & 0xffff,
     )

@@ -18,6 +18,11 @@ pub enum OpKind {
     Write,
     /// Another client picked the lease up by its token (`lease` names the acquire it continues).
     Restore,
+    /// A shared lease made exclusive (`fence`: the new one, when granted). It renews the lease's
+    /// TTL (`ttl`) as an extend does.
+    Promote,
+    /// An exclusive lease made shared, keeping its fence; it renews the TTL too.
+    Demote,
 }
 
 /// What an acquire asked for, as plain data: the checker's exclusion rules depend on it.
@@ -104,15 +109,15 @@ pub struct Op {
     pub kind: OpKind,
     /// Acquire: exclusive, shared or a permit (other operations: their lease's, unused).
     pub mode: Mode,
-    /// Acquire and extend: the TTL asked for.
+    /// Acquire and extend: the TTL asked for; promote and demote: the TTL they renew.
     pub ttl: Duration,
-    /// Acquire: how long it may wait for the key.
+    /// Acquire and promote: how long it may wait for the key.
     pub wait: Duration,
     /// The longest the call may take by the contract; `None` for writes to the test's own store.
     pub bound: Option<Duration>,
     /// Release, extend and write: the acquire this operation belongs to.
     pub lease: Option<OpId>,
-    /// Acquire: the fence returned. Write: the fence presented.
+    /// Acquire and promote: the fence returned. Write: the fence presented.
     pub fence: Option<u64>,
     pub invoke: Duration,
     pub complete: Option<Duration>,
@@ -161,6 +166,33 @@ impl Op {
             bound: Some(bound),
             lease: Some(lease),
             ..Op::new(worker, key, OpKind::Extend, Duration::ZERO)
+        }
+    }
+
+    /// A promote of `lease` (TTL `ttl`), waiting up to `wait` for the other readers to leave.
+    pub fn promote(
+        worker: usize,
+        key: &str,
+        lease: OpId,
+        ttl: Duration,
+        wait: Duration,
+        bound: Duration,
+    ) -> Op {
+        Op {
+            ttl,
+            wait,
+            bound: Some(bound),
+            lease: Some(lease),
+            ..Op::new(worker, key, OpKind::Promote, Duration::ZERO)
+        }
+    }
+
+    pub fn demote(worker: usize, key: &str, lease: OpId, ttl: Duration, bound: Duration) -> Op {
+        Op {
+            ttl,
+            bound: Some(bound),
+            lease: Some(lease),
+            ..Op::new(worker, key, OpKind::Demote, Duration::ZERO)
         }
     }
 

@@ -312,6 +312,82 @@ fn shared_leases_overlap_each_other_but_not_an_exclusive_one() {
     assert_eq!(r.believed_overlaps.count, 2, "{r}");
 }
 
+/// A reader promoted while another reader still holds is an overlap (in the windows and in what
+/// the holders believed); promoted after the other left, or demoted before a reader joins, it is
+/// not. The promote's fence is an exclusive grant's: one not above an earlier grant's is reported.
+#[test]
+fn a_promote_beside_a_reader_is_an_overlap_and_a_demote_lets_readers_in() {
+    let promote = |at: u64, done: u64, outcome: Outcome| {
+        Op::promote(0, "k", 0, ms(100), ms(50), BOUND).at(at, Some(done), outcome)
+    };
+    let demote =
+        |at: u64, done: u64| Op::demote(0, "k", 0, ms(100), BOUND).at(at, Some(done), Outcome::Ok);
+    let clean = check(
+        &Snapshot::of(vec![
+            acq_as(0, Mode::Shared, 0, 1).with_fence(1), // #0
+            acq_as(1, Mode::Shared, 2, 3),               // #1
+            rel(1, 1, 10, 11, Outcome::Ok),
+            promote(5, 12, Outcome::Ok).with_fence(2), // granted once #1 left
+            demote(40, 41),
+            acq_as(2, Mode::Shared, 42, 43), // joins the demoted lease
+            rel(0, 0, 60, 61, Outcome::Ok),
+        ])
+        .with_beliefs(&[
+            (0, 1, 60),
+            (1, 3, 10),
+            (0, 12, 60),
+            (0, 41, 60),
+            (5, 43, 90),
+        ]),
+        &CheckConfig::default(),
+    );
+    assert!(clean.is_clean(), "{clean}");
+
+    // The promote granted while #1 still held (and believed it held).
+    let beside = check(
+        &Snapshot::of(vec![
+            acq_as(0, Mode::Shared, 0, 1).with_fence(1),
+            acq_as(1, Mode::Shared, 2, 3),
+            promote(5, 6, Outcome::Ok).with_fence(2),
+            rel(1, 1, 10, 11, Outcome::Ok),
+            rel(0, 0, 60, 61, Outcome::Ok),
+        ])
+        .with_beliefs(&[(0, 1, 60), (1, 3, 10), (0, 6, 60)]),
+        &CheckConfig::default(),
+    );
+    assert_eq!(beside.overlaps.count, 1, "{beside}");
+    assert_eq!(beside.believed_overlaps.count, 1, "{beside}");
+
+    // A reader let in before the demote was sent.
+    let early = check(
+        &Snapshot::of(vec![
+            acq_as(0, Mode::Shared, 0, 1).with_fence(1),
+            promote(5, 6, Outcome::Ok).with_fence(2),
+            acq_as(1, Mode::Shared, 20, 21),
+            demote(30, 31),
+            rel(0, 0, 60, 61, Outcome::Ok),
+        ])
+        .with_beliefs(&[(0, 1, 60), (0, 6, 60), (2, 21, 60)]),
+        &CheckConfig::default(),
+    );
+    assert_eq!(early.overlaps.count, 1, "{early}");
+    assert_eq!(early.believed_overlaps.count, 1, "{early}");
+
+    // A promote's fence not above an exclusive grant that completed before it began.
+    let fences = check(
+        &Snapshot::of(vec![
+            acq_as(1, Mode::Exclusive, 0, 1).with_fence(5),
+            rel(1, 0, 2, 3, Outcome::Ok),
+            acq_as(0, Mode::Shared, 4, 5).with_fence(5),
+            Op::promote(0, "k", 2, ms(100), ms(50), BOUND)
+                .at(6, Some(7), Outcome::Ok)
+                .with_fence(4),
+        ]),
+        &CheckConfig::default(),
+    );
+    assert_eq!(fences.fence_order.count, 1, "{fences}");
+}
+
 /// A semaphore of 2 permits: two at once are fine, a third is one too many.
 #[test]
 fn more_permits_than_the_semaphore_has_are_reported() {

@@ -44,14 +44,76 @@ pub fn run_semaphore(new_client: &dyn Fn() -> Client) {
 }
 
 /// One size per semaphore: while it has holders, an acquire with another `permits` is
-/// `InvalidArgument`, at once; a new size is free once every holder is gone. Every backend runs
-/// it beside [`run_semaphore`] (a self-check backend may offer permits without it).
+/// `InvalidArgument`, at once; a new size is free once every holder is gone; acquirers of two
+/// sizes racing never hold it under both at once. Every backend runs it beside
+/// [`run_semaphore`] (a self-check backend may offer permits without it).
 pub fn run_semaphore_size(new_client: &dyn Fn() -> Client) {
     let checks: &[Check] = &[(
         "a_semaphore_refuses_another_size_while_held",
         a_semaphore_refuses_another_size_while_held,
     )];
     run_checks(&new_client(), &new_client(), checks);
+    let clients: Vec<Client> = (0..RACERS).map(|_| new_client()).collect();
+    eprintln!(
+        "conformance[{}]: racing_sizes_never_overlap",
+        clients[0].backend_name()
+    );
+    racing_sizes_never_overlap(clients);
+}
+
+/// Clients racing for one semaphore in [`racing_sizes_never_overlap`], half of them per size.
+const RACERS: usize = 6;
+
+/// Acquirers of two sizes racing for a semaphore, over and over, never hold it under both at once:
+/// each holder counts itself in while it holds, so a grant of one size beside a holder of the other
+/// shows in the counts. The race runs on several keys in turn, since a backend's lock internals
+/// (a lock table partition, a cluster slot) follow from the key, and so may its windows.
+fn racing_sizes_never_overlap(clients: Vec<Client>) {
+    const KEYS: usize = 4;
+    const ROUNDS: usize = 25;
+    let keys: Vec<Vec<u8>> = (0..KEYS).map(|_| key("sem-racing-sizes")).collect();
+    let granted = AtomicUsize::new(0);
+    // Holders per key and size (threads move through the keys at their own pace).
+    let inside: Vec<[AtomicUsize; 2]> = (0..KEYS)
+        .map(|_| [0, 1].map(|_| AtomicUsize::new(0)))
+        .collect();
+    std::thread::scope(|scope| {
+        let (inside, keys, granted) = (&inside, &keys, &granted);
+        for (t, client) in clients.into_iter().enumerate() {
+            scope.spawn(move || {
+                let (mine, other) = (t % 2, 1 - t % 2);
+                let permits = 2 + mine as u32;
+                for (k, inside) in keys.iter().zip(inside) {
+                    for _ in 0..ROUNDS {
+                        match client.try_acquire_permit(k, permits, LONG) {
+                            Ok(permit) => {
+                                inside[mine].fetch_add(1, Ordering::SeqCst);
+                                assert_eq!(
+                                    inside[other].load(Ordering::SeqCst),
+                                    0,
+                                    "granted {permits} permits while holders of {} held {}",
+                                    3 - mine,
+                                    String::from_utf8_lossy(k)
+                                );
+                                granted.fetch_add(1, Ordering::Relaxed);
+                                std::thread::yield_now();
+                                inside[mine].fetch_sub(1, Ordering::SeqCst);
+                                permit.release().unwrap();
+                            }
+                            Err(e) => assert!(
+                                matches!(
+                                    e.kind(),
+                                    ErrorKind::InvalidArgument | ErrorKind::NotAcquired
+                                ),
+                                "a refusal, not {e}"
+                            ),
+                        }
+                    }
+                }
+            });
+        }
+    });
+    assert!(granted.into_inner() > 0, "some acquires were granted");
 }
 
 fn interrupt_ends_a_shared_wait(a: &Client, b: &Client) {

@@ -9,16 +9,24 @@
 
 use super::allowance::drift;
 use super::exclusion::Span;
+use super::swaps;
 use crate::history::{Belief, Op, OpId, OpKind};
 use std::collections::HashMap;
 use std::time::Duration;
 
-/// The believed spans of every lease, merged where they touch, grouped by key.
-pub(crate) fn believed_spans<'a>(ops: &'a [Op], beliefs: &[Belief]) -> HashMap<&'a str, Vec<Span>> {
+/// The believed spans of every lease, merged where they touch, grouped by key, cut where a promote or
+/// demote changed the lease's mode ([`swaps`]). `of_lease`: each lease's operations in invocation
+/// order.
+pub(crate) fn believed_spans<'a>(
+    ops: &'a [Op],
+    beliefs: &[Belief],
+    of_lease: &HashMap<OpId, Vec<OpId>>,
+) -> HashMap<&'a str, Vec<Span>> {
     // A holder stops relying on its lease when it starts to give it back.
     let mut released: HashMap<OpId, Duration> = HashMap::new();
     // An extend in flight may already have run: from its send the lease can be relied on only until
-    // its own TTL from then (the client shortens `remaining()` when it sends a shorter extend).
+    // its own TTL from then (the client shortens `remaining()` when it sends a shorter extend). A
+    // promote or demote renews the TTL as an extend does.
     let mut extends: HashMap<OpId, Vec<(Duration, Duration)>> = HashMap::new();
     for op in ops {
         match (op.kind, op.lease) {
@@ -26,7 +34,7 @@ pub(crate) fn believed_spans<'a>(ops: &'a [Op], beliefs: &[Belief]) -> HashMap<&
                 let e = released.entry(l).or_insert(op.invoke);
                 *e = (*e).min(op.invoke);
             }
-            (OpKind::Extend, Some(l)) => {
+            (OpKind::Extend | OpKind::Promote | OpKind::Demote, Some(l)) => {
                 let ends = op.invoke + op.ttl.saturating_sub(drift(op.ttl));
                 extends.entry(l).or_default().push((op.invoke, ends));
             }
@@ -68,13 +76,20 @@ pub(crate) fn believed_spans<'a>(ops: &'a [Op], beliefs: &[Belief]) -> HashMap<&
                 _ => merged.push((s, e)),
             }
         }
+        let spells = swaps::exclusive_spells(ops, lease, of_lease.get(&lease).map_or(&[], |v| v));
         let spans = by_key.entry(acquire.key.as_str()).or_default();
-        spans.extend(merged.into_iter().map(|(start, end)| Span {
-            start,
-            end,
-            lease,
-            mode: acquire.mode,
-        }));
+        for (start, end) in merged {
+            let span = Span {
+                start,
+                end,
+                lease,
+                mode: acquire.mode,
+            };
+            match &spells {
+                Some(spells) => spans.extend(swaps::split(span, spells)),
+                None => spans.push(span),
+            }
+        }
     }
     by_key
 }

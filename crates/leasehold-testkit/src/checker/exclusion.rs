@@ -18,6 +18,8 @@ pub(crate) struct Span {
 pub(crate) struct Clash {
     pub first: OpId,
     pub second: OpId,
+    /// The modes they clashed in (a promoted or demoted lease's piece, not its acquire's).
+    pub modes: (Mode, Mode),
     pub from: Duration,
     pub to: Duration,
 }
@@ -40,6 +42,7 @@ pub(crate) fn clashes(mut spans: Vec<Span>, slack: Duration) -> Vec<Clash> {
                 out.push(Clash {
                     first: a.lease,
                     second: b.lease,
+                    modes: (a.mode, b.mode),
                     from: b.start,
                     to: a.end.min(b.end),
                 });

@@ -5,13 +5,15 @@
 //!   history, overlap where their modes forbid it (exclusive beside anything, shared beside
 //!   exclusive, more permits than the semaphore has). A window runs from the acquire's completion
 //!   until the earliest of its release's invocation and its expiry (`invoke + ttl − drift` of the
-//!   acquire or of the last successful extend).
+//!   acquire or of the last successful extend, promote or demote). A lease that was promoted or
+//!   demoted counts as exclusive only where it surely was ([`swaps`]).
 //! - (B) **believed overlaps**: the same, over what the holders *believed*: a lease's believed
 //!   interval is the union of `[at, min(until, its release's invocation)]` over the beliefs
 //!   recorded for it (`until = at + remaining()`). A holder whose `remaining()` says 9.5 s while
 //!   another client holds the key is caught here, whatever the history says.
-//! - (C) **fence order**: an exclusive grant whose fence is not larger than that of one which had
-//!   completed before it was invoked, or two exclusive grants of one key with the same fence.
+//! - (C) **fence order**: an exclusive grant (an exclusive acquire or a promote) whose fence is not
+//!   larger than that of one which had completed before it was invoked, or two exclusive grants of
+//!   one key with the same fence.
 //! - (D) **stale writes**: an accepted write whose fence is below one accepted earlier on its key.
 //! - (E) **past bound**: a call that took longer than its bound (or is still running past it).
 //!
@@ -27,6 +29,7 @@ pub mod allowance;
 mod beliefs;
 mod exclusion;
 mod report;
+mod swaps;
 
 pub use crate::store::FencedStore;
 pub use allowance::drift;
@@ -99,6 +102,8 @@ pub fn check(history: &Snapshot, config: &CheckConfig) -> Report {
             (_, Outcome::Pending) => r.pending += 1,
             (OpKind::Acquire, Outcome::Ok) => r.acquired += 1,
             (OpKind::Restore, Outcome::Ok) => r.restored += 1,
+            (OpKind::Promote, Outcome::Ok) => r.promoted += 1,
+            (OpKind::Demote, Outcome::Ok) => r.demoted += 1,
             (_, Outcome::NotAcquired) => r.not_acquired += 1,
             (_, Outcome::NoValidity) => r.no_validity.add(max, || describe(id, op)),
             (_, Outcome::Unknown) => r.unknown += 1,
@@ -144,14 +149,20 @@ pub fn check(history: &Snapshot, config: &CheckConfig) -> Report {
         let windows: Vec<Span> = acquired
             .iter()
             .filter_map(|&a| {
-                let (start, end) = window(ops, a, of_lease.get(&a).unwrap_or(&no_ops))?;
-                Some(Span {
+                let related = of_lease.get(&a).unwrap_or(&no_ops);
+                let (start, end) = window(ops, a, related)?;
+                let span = Span {
                     start,
                     end,
                     lease: a,
                     mode: ops[a].mode,
+                };
+                Some(match swaps::exclusive_spells(ops, a, related) {
+                    Some(spells) => swaps::split(span, &spells),
+                    None => vec![span],
                 })
             })
+            .flatten()
             .collect();
         for c in clashes(windows, Duration::ZERO) {
             let (a, b) = (c.first, c.second);
@@ -164,11 +175,12 @@ pub fn check(history: &Snapshot, config: &CheckConfig) -> Report {
                     .map(|&i| describe(i, &ops[i]))
                     .collect();
                 format!(
-                    "{} and {} both valid during [{} .. {}]; the first one's calls: [{}]",
+                    "{} and {} both valid during [{} .. {}]{}; the first one's calls: [{}]",
                     describe(a, &ops[a]),
                     describe(b, &ops[b]),
                     ms(c.from),
                     ms(c.to),
+                    swapped_modes(ops, &c),
                     calls.join("; ")
                 )
             });
@@ -178,10 +190,15 @@ pub fn check(history: &Snapshot, config: &CheckConfig) -> Report {
         // the store; readers and permits share it with no promise of order among themselves):
         // against the largest fence among grants completed before this one was invoked, and
         // duplicates.
+        let promoted = ids
+            .iter()
+            .copied()
+            .filter(|&i| ops[i].kind == OpKind::Promote && ops[i].outcome == Outcome::Ok);
         let exclusive: Vec<OpId> = acquired
             .iter()
             .copied()
             .filter(|&a| ops[a].mode == Mode::Exclusive)
+            .chain(promoted)
             .collect();
         let mut done: Vec<(Duration, u64, OpId)> = exclusive
             .iter()
@@ -267,14 +284,13 @@ pub fn check(history: &Snapshot, config: &CheckConfig) -> Report {
                 h.lease != x
                     && h.from <= done_at
                     && h.until >= op.invoke
-                    && (!ops[h.lease].mode.coexists_with(op.mode)
-                        || matches!(op.mode, Mode::Permit(_)))
+                    && (!h.mode.coexists_with(op.mode) || matches!(op.mode, Mode::Permit(_)))
             };
             let writer_waiting = op.mode == Mode::Shared
                 && ids.iter().any(|&i| {
                     let w = &ops[i];
-                    w.kind == OpKind::Acquire
-                        && w.mode == Mode::Exclusive
+                    (w.kind == OpKind::Acquire && w.mode == Mode::Exclusive
+                        || w.kind == OpKind::Promote)
                         && w.invoke <= done_at
                         && w.complete.is_none_or(|c| c >= op.invoke)
                 });
@@ -318,7 +334,7 @@ pub fn check(history: &Snapshot, config: &CheckConfig) -> Report {
     }
 
     // (B) believed overlaps.
-    for (_, spans) in beliefs::believed_spans(ops, &history.beliefs) {
+    for (_, spans) in beliefs::believed_spans(ops, &history.beliefs, &of_lease) {
         for c in clashes(spans, BELIEF_SLACK) {
             let (a, b) = (c.first, c.second);
             r.believed_overlaps.add(max, || {
@@ -327,12 +343,13 @@ pub fn check(history: &Snapshot, config: &CheckConfig) -> Report {
                     .map(|i| describe(i, &ops[i]))
                     .collect();
                 format!(
-                    "{} and {} both believed valid during [{} .. {}]; the first one's beliefs: [{}], \
+                    "{} and {} both believed valid during [{} .. {}]{}; the first one's beliefs: [{}], \
                      calls: [{}]; the second one's beliefs: [{}]",
                     describe(a, &ops[a]),
                     describe(b, &ops[b]),
                     ms(c.from),
                     ms(c.to),
+                    swapped_modes(ops, &c),
                     beliefs::describe_beliefs(&history.beliefs, a),
                     calls.join("; "),
                     beliefs::describe_beliefs(&history.beliefs, b),
@@ -343,6 +360,15 @@ pub fn check(history: &Snapshot, config: &CheckConfig) -> Report {
     r
 }
 
+/// For a clash of a lease in another mode than it was acquired in (promoted or demoted): which.
+fn swapped_modes(ops: &[Op], c: &exclusion::Clash) -> String {
+    let (first, second) = c.modes;
+    if ops[c.first].mode == first && ops[c.second].mode == second {
+        return String::new();
+    }
+    format!(" as {first:?} and {second:?}")
+}
+
 /// When an acquire could have been holding its key on the server, and whether anybody holds its
 /// token (an acquire that never learned its outcome leaves a grant nobody can release).
 struct Hold {
@@ -350,6 +376,8 @@ struct Hold {
     until: Duration,
     lease: OpId,
     owned: bool,
+    /// The strongest mode it may have held in: exclusive once it tried a promote.
+    mode: Mode,
 }
 
 /// The hold that ended last before the refusal `x`, with its calls: what the checker believed
@@ -390,13 +418,20 @@ fn window(ops: &[Op], a: OpId, related: &[OpId]) -> Option<(Duration, Duration)>
             OpKind::Release => {
                 end = Some(end.map_or(op.invoke, |e| e.min(op.invoke)));
             }
-            // Only an extend sent while the lease was still valid continues the window.
-            OpKind::Extend if op.outcome == Outcome::Ok && op.invoke < expiry => {
+            // Only an extend sent while the lease was still valid continues the window (a promote
+            // or demote renews the TTL as an extend does).
+            OpKind::Extend | OpKind::Promote | OpKind::Demote
+                if op.outcome == Outcome::Ok && op.invoke < expiry =>
+            {
                 expiry = (op.invoke + op.ttl).saturating_sub(drift(op.ttl));
             }
+            // A refused promote changed nothing.
+            OpKind::Promote if op.outcome == Outcome::NotAcquired => {}
             // One that failed may still have reached the backend and set a shorter TTL: a careful
             // holder believes the earlier end (the client's `remaining()` does).
-            OpKind::Extend if op.outcome != Outcome::Ok && op.invoke < expiry => {
+            OpKind::Extend | OpKind::Promote | OpKind::Demote
+                if op.outcome != Outcome::Ok && op.invoke < expiry =>
+            {
                 expiry = expiry.min((op.invoke + op.ttl).saturating_sub(drift(op.ttl)));
             }
             _ => {}
@@ -428,17 +463,22 @@ fn possible_hold(ops: &[Op], a: OpId, related: &[OpId], config: &CheckConfig) ->
             // delays it). What bounds it is the lease's TTL since its last call, as for any lost
             // lease.
             (OpKind::Release, Outcome::Lost) => break,
-            (OpKind::Extend, Outcome::Ok | Outcome::Unknown | Outcome::Pending) => {
+            (
+                OpKind::Extend | OpKind::Promote | OpKind::Demote,
+                Outcome::Ok | Outcome::Unknown | Outcome::Pending,
+            ) => {
                 until = until.max(op.complete.map_or(forever, |c| c + op.ttl + slack));
             }
             (OpKind::Release, Outcome::Pending) => until = forever,
             _ => {}
         }
     }
+    let promotes = related.iter().any(|&i| ops[i].kind == OpKind::Promote);
     Some(Hold {
         from: acq.invoke,
         until,
         lease: a,
         owned: acq.outcome == Outcome::Ok,
+        mode: if promotes { Mode::Exclusive } else { acq.mode },
     })
 }

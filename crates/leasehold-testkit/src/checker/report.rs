@@ -42,6 +42,9 @@ pub struct Report {
     pub no_validity: Finding,
     pub acquired: usize,
     pub restored: usize,
+    /// Promotes granted and demotes done.
+    pub promoted: usize,
+    pub demoted: usize,
     pub not_acquired: usize,
     pub unknown: usize,
     pub failed: usize,
@@ -102,11 +105,13 @@ impl fmt::Display for Report {
         writeln!(f, "{}", self.other_line())?;
         write!(
             f,
-            "acquired={} restored={} not_acquired={} unknown={} failed={} lost={} \
+            "acquired={} restored={} promoted={} demoted={} not_acquired={} unknown={} failed={} lost={} \
              writes_accepted={} writes_rejected={} pending={} beliefs={} slowest_call={:?} \
              least_headroom={:?}",
             self.acquired,
             self.restored,
+            self.promoted,
+            self.demoted,
             self.not_acquired,
             self.unknown,
             self.failed,
