@@ -9,7 +9,7 @@
 
 use leasehold::{Error, Lease};
 use leasehold_testkit::checker::allowance::SCHEDULING_SLACK as SLACK;
-use leasehold_testkit::history::OpId;
+use leasehold_testkit::history::{OpId, OpKind};
 use leasehold_testkit::{
     check, CheckConfig, FaultProxy, FencedStore, History, Mode, Op, Outcome, Report,
 };
@@ -336,18 +336,9 @@ fn hold(w: usize, plan: &Plan, rng: &mut fastrand::Rng, sh: &Shared, held: Held,
         std::thread::sleep(Duration::from_millis(rng.u64(0..=remaining / 4)));
         if rng.u8(..5) == 0 {
             let new_ttl = random_ttl(rng);
-            let x = h.invoke(Op::extend(w, key, id, new_ttl, plan.extend_bound()));
-            let result = lease.extend(new_ttl);
-            match &result {
-                Ok(()) => {
-                    h.ok(x, None);
-                    ttl = ttl.map(|_| new_ttl);
-                }
-                Err(e) => h.fail(x, outcome_of(e)),
-            }
-            h.believe(id, || lease.remaining());
-            if result.is_err() {
-                gave_up(w, plan, h, key, id, &lease);
+            let op = Op::extend(w, key, id, new_ttl, plan.extend_bound());
+            if renew(plan, h, &mut lease, op, |l| l.extend(new_ttl)) {
+                ttl = ttl.map(|_| new_ttl);
             }
         }
     }
@@ -356,19 +347,8 @@ fn hold(w: usize, plan: &Plan, rng: &mut fastrand::Rng, sh: &Shared, held: Held,
         if rng.u8(..3) == 0 {
             // A reader that turns writer: granted once the other readers have left.
             let wait = Duration::from_millis(rng.u64(0..=100));
-            let x = h.invoke(Op::promote(w, key, id, ttl, wait, plan.acquire_bound(wait)));
-            let result = lease.promote(wait);
-            match &result {
-                Ok(()) => {
-                    h.ok(x, Some(lease.fence()));
-                    exclusive = true;
-                }
-                Err(e) => h.fail(x, outcome_of(e)),
-            }
-            h.believe(id, || lease.remaining());
-            if result.is_err() {
-                gave_up(w, plan, h, key, id, &lease);
-            }
+            let op = Op::promote(w, key, id, ttl, wait, plan.acquire_bound(wait));
+            exclusive = renew(plan, h, &mut lease, op, |l| l.promote(wait));
         }
     }
     if exclusive {
@@ -392,16 +372,8 @@ fn hold(w: usize, plan: &Plan, rng: &mut fastrand::Rng, sh: &Shared, held: Held,
         if let (true, Some(ttl)) = (swaps && lease.is_held(), ttl) {
             if rng.u8(..4) == 0 {
                 // A writer done writing that lets readers in before it lets go.
-                let x = h.invoke(Op::demote(w, key, id, ttl, plan.extend_bound()));
-                let result = lease.demote();
-                match &result {
-                    Ok(()) => h.ok(x, None),
-                    Err(e) => h.fail(x, outcome_of(e)),
-                }
-                h.believe(id, || lease.remaining());
-                if result.is_err() {
-                    gave_up(w, plan, h, key, id, &lease);
-                }
+                let op = Op::demote(w, key, id, ttl, plan.extend_bound());
+                renew(plan, h, &mut lease, op, Lease::demote);
                 let remaining = lease.remaining().as_millis() as u64;
                 std::thread::sleep(Duration::from_millis(rng.u64(0..=remaining / 8)));
             }
@@ -420,16 +392,34 @@ fn hold(w: usize, plan: &Plan, rng: &mut fastrand::Rng, sh: &Shared, held: Held,
     }
 }
 
-/// After a call on the lease failed: when the client says the lease is over (a call that found it
-/// lost, or one whose session had to be dropped), the holder no longer relies on it, as a careful
-/// worker would not. Recorded as the start of giving it back (which ends the lease's validity
-/// window), but not as settled: the server may hold the key until the release that follows (a
+/// One call that renews the lease (an extend, promote or demote), recorded as `op`: its outcome
+/// (a granted promote with its new fence), what the holder believes after it, and whether it
+/// succeeded. When it failed and the client says the lease is over (a call that found it lost, or
+/// one whose session had to be dropped), the holder no longer relies on it, as a careful worker
+/// would not: recorded as the start of giving it back (which ends the lease's validity window),
+/// but not as settled, since the server may hold the key until the release that follows (a
 /// PostgreSQL advisory session is closed then, not inside the failed call).
-fn gave_up(w: usize, plan: &Plan, h: &History, key: &str, id: OpId, lease: &Lease) {
-    if !lease.is_held() {
-        let gone = h.invoke(Op::release(w, key, id, plan.call_bound()));
+fn renew(
+    plan: &Plan,
+    h: &History,
+    lease: &mut Lease,
+    op: Op,
+    call: impl FnOnce(&mut Lease) -> Result<(), Error>,
+) -> bool {
+    let (w, key, id, kind) = (op.worker, op.key.clone(), op.lease, op.kind);
+    let id = id.expect("a call on a lease names its acquire");
+    let x = h.invoke(op);
+    let result = call(lease);
+    match &result {
+        Ok(()) => h.ok(x, (kind == OpKind::Promote).then(|| lease.fence())),
+        Err(e) => h.fail(x, outcome_of(e)),
+    }
+    h.believe(id, || lease.remaining());
+    if result.is_err() && !lease.is_held() {
+        let gone = h.invoke(Op::release(w, &key, id, plan.call_bound()));
         h.fail(gone, Outcome::Failed);
     }
+    result.is_ok()
 }
 
 /// Puts a [`FaultProxy`] in front of every host:port of `url` (redis://, rediss://, redlock://

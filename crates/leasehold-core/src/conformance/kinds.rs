@@ -92,7 +92,7 @@ fn racing_sizes_never_overlap(clients: Vec<Client>) {
                                     inside[other].load(Ordering::SeqCst),
                                     0,
                                     "granted {permits} permits while holders of {} held {}",
-                                    3 - mine,
+                                    2 + other,
                                     String::from_utf8_lossy(k)
                                 );
                                 granted.fetch_add(1, Ordering::Relaxed);

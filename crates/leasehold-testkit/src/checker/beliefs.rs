@@ -27,7 +27,7 @@ pub(crate) fn believed_spans<'a>(
     // An extend in flight may already have run: from its send the lease can be relied on only until
     // its own TTL from then (the client shortens `remaining()` when it sends a shorter extend). A
     // promote or demote renews the TTL as an extend does.
-    let mut extends: HashMap<OpId, Vec<(Duration, Duration)>> = HashMap::new();
+    let mut renewals: HashMap<OpId, Vec<(Duration, Duration)>> = HashMap::new();
     for op in ops {
         match (op.kind, op.lease) {
             (OpKind::Release, Some(l)) => {
@@ -36,7 +36,7 @@ pub(crate) fn believed_spans<'a>(
             }
             (OpKind::Extend | OpKind::Promote | OpKind::Demote, Some(l)) => {
                 let ends = op.invoke + op.ttl.saturating_sub(drift(op.ttl));
-                extends.entry(l).or_default().push((op.invoke, ends));
+                renewals.entry(l).or_default().push((op.invoke, ends));
             }
             _ => {}
         }
@@ -56,7 +56,7 @@ pub(crate) fn believed_spans<'a>(
             .enumerate()
             .map(|(i, &(at, until))| {
                 let next = list.get(i + 1).map_or(Duration::MAX, |n| n.0);
-                let sent_meanwhile = extends
+                let sent_meanwhile = renewals
                     .get(&lease)
                     .into_iter()
                     .flatten()
@@ -76,7 +76,7 @@ pub(crate) fn believed_spans<'a>(
                 _ => merged.push((s, e)),
             }
         }
-        let spells = swaps::exclusive_spells(ops, lease, of_lease.get(&lease).map_or(&[], |v| v));
+        let related = of_lease.get(&lease).map_or(&[][..], Vec::as_slice);
         let spans = by_key.entry(acquire.key.as_str()).or_default();
         for (start, end) in merged {
             let span = Span {
@@ -85,10 +85,7 @@ pub(crate) fn believed_spans<'a>(
                 lease,
                 mode: acquire.mode,
             };
-            match &spells {
-                Some(spells) => spans.extend(swaps::split(span, spells)),
-                None => spans.push(span),
-            }
+            spans.extend(swaps::by_kind(ops, related, span));
         }
     }
     by_key

@@ -157,10 +157,7 @@ pub fn check(history: &Snapshot, config: &CheckConfig) -> Report {
                     lease: a,
                     mode: ops[a].mode,
                 };
-                Some(match swaps::exclusive_spells(ops, a, related) {
-                    Some(spells) => swaps::split(span, &spells),
-                    None => vec![span],
-                })
+                Some(swaps::by_kind(ops, related, span))
             })
             .flatten()
             .collect();

@@ -9,9 +9,19 @@ use super::exclusion::Span;
 use crate::history::{Mode, Op, OpId, OpKind, Outcome};
 use std::time::Duration;
 
+/// `span` (of a lease whose operations are `related`, in invocation order) cut where a promote or
+/// demote changed its kind: exclusive where it surely was, shared elsewhere. A lease that never
+/// swapped keeps its acquire's mode.
+pub(crate) fn by_kind(ops: &[Op], related: &[OpId], span: Span) -> Vec<Span> {
+    match exclusive_spells(ops, span.lease, related) {
+        Some(spells) => split(span, &spells),
+        None => vec![span],
+    }
+}
+
 /// When the lease of the acquire `lease` was surely exclusive, or `None` when it never swapped
 /// kinds (its span keeps its acquire's mode). `related` are its operations in invocation order.
-pub(crate) fn exclusive_spells(
+fn exclusive_spells(
     ops: &[Op],
     lease: OpId,
     related: &[OpId],
@@ -40,7 +50,7 @@ pub(crate) fn exclusive_spells(
 }
 
 /// `span` cut at the edges of `spells`: exclusive inside them, shared outside.
-pub(crate) fn split(span: Span, spells: &[(Duration, Duration)]) -> Vec<Span> {
+fn split(span: Span, spells: &[(Duration, Duration)]) -> Vec<Span> {
     let mut out = Vec::new();
     let mut at = span.start;
     let piece = |start, end, mode| Span {
