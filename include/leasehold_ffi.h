@@ -418,17 +418,18 @@ enum leasehold_status leasehold_lease_extend(struct leasehold_lease *lease, uint
  * renewed from this call.
  *
  * `LEASEHOLD_NOT_ACQUIRED` when other readers still hold the key at the end of the wait: the
- * lease stays shared and held, as before. Two holders promoting at once wait for each other
- * until one's wait ends. `LEASEHOLD_LOST` if the lease is not ours any more;
- * `LEASEHOLD_INVALID_ARGUMENT` for NULL, a lease that is not shared, a released lease, a backend
- * that cannot promote (Redlock, MySQL named mode), or in a fork() child for a lease the parent
- * took. After `LEASEHOLD_UNAVAILABLE` the promote may or may not have run: the remaining time is
+ * lease stays shared and held, as before. `LEASEHOLD_INTERRUPTED`, the lease also still shared
+ * and held, when SIGTERM, SIGINT or `leasehold_client_interrupt` ends the wait, as for an
+ * acquire's. Two holders promoting at once wait for each other until one's wait ends.
+ * `LEASEHOLD_LOST` if the lease is not ours any more; `LEASEHOLD_INVALID_ARGUMENT` for NULL, a
+ * lease that is not shared, a released lease, or in a fork() child for a lease the parent took. After `LEASEHOLD_UNAVAILABLE` the promote may or may not have run: the remaining time is
  * 0 until a later extend succeeds.
  *
  * # Safety
  * `lease` is NULL or a live lease not used by another thread during the call.
  */
-enum leasehold_status leasehold_lease_promote(struct leasehold_lease *lease, uint64_t wait_ms);
+enum leasehold_status leasehold_lease_promote(struct leasehold_lease *lease,
+                                              uint64_t wait_ms);
 
 /**
  * Turns an exclusive lease shared, keeping its token and fence, at once: other readers may join

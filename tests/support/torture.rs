@@ -70,8 +70,7 @@ impl Plan {
             shared: true,
             permits: Some(2),
             handoff_chance: 0.05,
-            // Redlock refuses promote and demote.
-            swaps: !url.starts_with("redlock"),
+            swaps: true,
             write_allowance: Duration::ZERO,
         }
     }

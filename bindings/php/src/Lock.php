@@ -277,7 +277,8 @@ final class Lock implements LockInterface
         if ($status === Library::OK) {
             return true;
         }
-        if ($status === Library::NOT_ACQUIRED) {
+        // Interrupted as an acquire's wait is (a signal, whose pcntl handler runs as this returns): still shared.
+        if ($status === Library::NOT_ACQUIRED || $status === Library::INTERRUPTED) {
             return false;
         }
         $this->failSwap($status, 'promote');

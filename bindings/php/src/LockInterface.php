@@ -70,8 +70,9 @@ interface LockInterface
     /**
      * Turns the held shared lease exclusive, keeping its token: waits up to $wait seconds until no other reader is
      * left, then this lease is the key's only holder, with a new fence() and its TTL renewed. False when other
-     * readers still hold the key at the end of the wait (the lease stays shared and held). Two holders promoting at
-     * once wait for each other until one's wait ends.
+     * readers still hold the key at the end of the wait (the lease stays shared and held), and when SIGTERM or SIGINT
+     * ends the wait early, as it ends an acquire's (the pcntl handler runs as this returns). Two holders promoting
+     * at once wait for each other until one's wait ends.
      *
      * @param int|float $wait seconds; 0 makes a single attempt
      *

@@ -31,6 +31,8 @@ final class SignalTest extends LeaseholdTestCase
             $cases["$name permit SIGINT"] = [$backend, 'permit', SIGINT];
         }
         $cases['redis shared SIGTERM'] = [[Backend::class, 'redis'], 'shared', SIGTERM];
+        $cases['redis promote SIGTERM'] = [[Backend::class, 'redis'], 'promote', SIGTERM];
+        $cases['local promote SIGINT'] = [[Backend::class, 'local'], 'promote', SIGINT];
         return $cases;
     }
 
@@ -42,7 +44,7 @@ final class SignalTest extends LeaseholdTestCase
         $key = Underneath::key('signal');
         $held = $kind === 'permit'
             ? $holder->createSemaphore($key, 1, 30.0)->acquire(0)
-            : $holder->createLock($key, 30.0);
+            : ($kind === 'promote' ? $holder->createSharedLock($key, 30.0) : $holder->createLock($key, 30.0));
         if ($kind !== 'permit') {
             self::assertTrue($held->tryAcquire());
         }
@@ -69,6 +71,9 @@ final class SignalTest extends LeaseholdTestCase
             $backend->name, $kind, $report['returned_ms'] - 300.0, $took * 1000));
         self::assertFalse($report['acquired'], 'a signal must end the wait, not acquire');
         self::assertTrue($report['handled'], "the worker's pcntl handler must run after the wait");
+        if ($kind === 'promote') {
+            self::assertTrue($report['still_shared'], 'an interrupted promote leaves the lease shared and held');
+        }
         // The contract's bound is 100 ms; this only rules out a wait that ran on (the figure is printed above).
         self::assertLessThan(5000.0, $report['returned_ms'], 'the wait ran on after the signal');
         self::assertLessThan(5.0, $took);

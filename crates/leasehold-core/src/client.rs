@@ -3,7 +3,7 @@
 use crate::backend::{KeyInfo, LockBackend};
 use crate::clock::BootTime;
 use crate::error::{Error, Result};
-use crate::interrupt::{Interrupts, Watch};
+use crate::interrupt::{Interruptible, Interrupts, Watch};
 use crate::key::Key;
 use crate::kind::{LeaseKind, Permits, MAX_PERMITS};
 use crate::lease::Lease;
@@ -231,6 +231,10 @@ impl Client {
             raw,
             ttl,
             self.lock_delay,
+            Interruptible {
+                switch: self.interrupts.clone(),
+                signals: self.watch_signals,
+            },
         )
     }
 

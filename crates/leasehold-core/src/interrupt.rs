@@ -17,6 +17,7 @@
 
 use crate::error::{Error, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How often a wait looks for an interrupt: each block between attempts, and each attempt that
@@ -40,6 +41,20 @@ impl Interrupts {
 
     fn generation(&self) -> u64 {
         self.generation.load(Ordering::SeqCst)
+    }
+}
+
+/// What a wait made later, by a lease rather than by its client (a promote), watches: the
+/// client's switch, and the signals when the client watches them.
+#[derive(Debug, Clone)]
+pub(crate) struct Interruptible {
+    pub(crate) switch: Arc<Interrupts>,
+    pub(crate) signals: bool,
+}
+
+impl Interruptible {
+    pub(crate) fn watch(&self) -> Watch<'_> {
+        Watch::new(Some(&self.switch), self.signals)
     }
 }
 

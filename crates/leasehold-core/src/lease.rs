@@ -4,6 +4,7 @@ use crate::backend::LockBackend;
 use crate::clock::BootTime;
 use crate::error::{Error, Result};
 use crate::fork;
+use crate::interrupt::{Interruptible, CHECK_EVERY};
 use crate::keepalive::{self, Entry, Next, Renew};
 use crate::key::Key;
 use crate::kind::LeaseKind;
@@ -48,6 +49,8 @@ pub(crate) struct LeaseCell {
     acquired_at: Instant,
     /// The client's lock-delay: every extend asks the backend for the TTL plus this.
     lock_delay: Duration,
+    /// What ends a promote's wait early: the client's interrupt switch and signals.
+    waits: Interruptible,
     deadline: PublishedDeadline,
     state: Mutex<LeaseState>,
 }
@@ -242,8 +245,10 @@ impl Lease {
         raw: RawLease,
         ttl: Ttl,
         lock_delay: Duration,
+        waits: Interruptible,
     ) -> Self {
         let cell = LeaseCell {
+            waits,
             pid: fork::pid(),
             backend,
             stats,
@@ -380,7 +385,9 @@ impl Lease {
     /// Turns a shared lease exclusive, keeping its token: waits up to `wait` until no other
     /// shared holder is left, then the lease is the key's only holder, with a new fence (larger
     /// than every earlier grant on the key) and its TTL renewed from this call. `NotAcquired` when
-    /// the wait runs out (the lease stays shared, as it was); `Lost` when it is not ours any more.
+    /// the wait runs out (the lease stays shared, as it was); `Interrupted`, the lease still
+    /// shared, when SIGTERM, SIGINT or [`crate::Client::interrupt`] ends the wait (as an acquire's,
+    /// see [`crate::interrupt`]); `Lost` when it is not ours any more.
     /// Two holders promoting at once wait for each other until one's wait ends: keep waits short,
     /// or release and acquire instead. An outcome the backend did not confirm (a timeout) counts
     /// as a loss, as for [`Lease::extend`]. `InvalidArgument` for a lease that is not shared.
@@ -395,11 +402,26 @@ impl Lease {
         }
         let end = crate::wait::deadline_after(wait);
         let mut pause = crate::backoff::Backoff::for_polling();
+        // As an acquire's wait: SIGTERM, SIGINT and the client's switch end it, the lease left
+        // shared; nothing is watched for a single attempt.
+        let watch = (!wait.is_zero()).then(|| self.cell.waits.watch());
+        let interrupted = |e: Error| {
+            self.cell.stats.error(e.kind());
+            tracing::debug!(target: "leasehold", event = "interrupted",
+                backend = self.cell.backend.name(), key = %self.cell.key, why = %e);
+            e
+        };
         loop {
             match self.swap_kind(LeaseKind::Exclusive, "promote") {
                 Err(Error::NotAcquired(_)) if Instant::now() < end => {
+                    if let Some(watch) = &watch {
+                        watch.check().map_err(interrupted)?;
+                    }
                     let left = end.saturating_duration_since(Instant::now());
-                    std::thread::sleep(pause.next_delay().min(left));
+                    std::thread::sleep(pause.next_delay().min(left).min(CHECK_EVERY));
+                    if let Some(watch) = &watch {
+                        watch.check().map_err(interrupted)?;
+                    }
                 }
                 other => return other,
             }

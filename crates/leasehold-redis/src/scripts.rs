@@ -352,6 +352,34 @@ const REDLOCK_PERMIT_SETTLE: &str = concat!(
     include_str!("lua/redlock_permit_settle.lua"),
 );
 
+/// Redlock's promote on one node. KEYS: lock, fence, shares, share fences. ARGV: token, ttl ms,
+/// fence granule µs, fence retention ms. [`PROMOTE`] without the single node's queue (Redlock's
+/// queue only ranks, nobody blocks on it) and with Redlock's fence granule: returns `{1, fence}`
+/// when the token's share became the exclusive lock (the only live share, or the token holds the
+/// lock already: a promote sent again), `{0, pttl}` while other shares live, `{-1, 0}` when the
+/// token holds nothing here. The client counts a quorum of grants and settles one fence for them
+/// (see `redlock/swap.rs`); the node's horizon is moved before the call, as for an extend.
+const REDLOCK_PROMOTE: &str = concat!(
+    include_str!("lua/shared/prelude.lua"),
+    include_str!("lua/redlock_promote.lua"),
+);
+
+/// Redlock's demote on one node. KEYS: lock, shares, share fences, Redlock queue, Redlock
+/// heartbeats. ARGV: token, ttl ms, the lease's fence. [`DEMOTE`] without waking anyone: the lock
+/// the token holds becomes its share, with the lease's fence as the share's record, and the token
+/// leaves the node's Redlock queue (a lease granted to a waiter keeps its place there until its
+/// release, and a ranked place makes new readers give way to a writer that no longer waits). A `#shared` key with the token's live share (a demote
+/// sent again, or a node where the promote left the share as it was) is renewed and keeps its
+/// record, the value that node drew for the token. Returns 1, or 0 when the token holds nothing
+/// here.
+const REDLOCK_DEMOTE: &str = concat!(
+    include_str!("lua/shared/prelude.lua"),
+    include_str!("lua/shared/share_helpers.lua"),
+    include_str!("lua/shared/join_or_renew.lua"),
+    include_str!("lua/shared/share_helpers_end.lua"),
+    include_str!("lua/redlock_demote.lua"),
+);
+
 /// KEYS: a Redlock node's stamp. Returns `{0, 0}` when the node has none, else `{1, ms}`: how long
 /// a lease granted or extended on it may still live (see `redlock/gate.rs`).
 const REDLOCK_GATE_READ: &str = concat!(
@@ -427,6 +455,10 @@ pub(crate) static REDLOCK_PERMIT_ACQUIRE_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(REDLOCK_PERMIT_ACQUIRE));
 pub(crate) static REDLOCK_PERMIT_SETTLE_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(REDLOCK_PERMIT_SETTLE));
+pub(crate) static REDLOCK_PROMOTE_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(REDLOCK_PROMOTE));
+pub(crate) static REDLOCK_DEMOTE_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(REDLOCK_DEMOTE));
 
 pub(crate) static REDLOCK_GATE_READ_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(REDLOCK_GATE_READ));
@@ -437,7 +469,7 @@ pub(crate) static REDLOCK_GATE_REACH_SCRIPT: LazyLock<Script> =
 
 pub(crate) static RECORD_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RECORD));
 
-pub(crate) static ALL: [&LazyLock<Script>; 26] = [
+pub(crate) static ALL: [&LazyLock<Script>; 28] = [
     &SHARED_ACQUIRE_SCRIPT,
     &SHARED_SETTLE_SCRIPT,
     &PROMOTE_SCRIPT,
@@ -454,6 +486,8 @@ pub(crate) static ALL: [&LazyLock<Script>; 26] = [
     &REDLOCK_CLAIM_PERMIT_FENCE_SCRIPT,
     &REDLOCK_PERMIT_ACQUIRE_SCRIPT,
     &REDLOCK_PERMIT_SETTLE_SCRIPT,
+    &REDLOCK_PROMOTE_SCRIPT,
+    &REDLOCK_DEMOTE_SCRIPT,
     &ACQUIRE_SCRIPT,
     &RELEASE_SCRIPT,
     &EXTEND_SCRIPT,

@@ -86,6 +86,7 @@ fn redlock_shared_locks() {
     let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let url = redlock_url(&nodes);
     conformance::run_shared(&|| redlock_client(&url));
+    conformance::run_promote(&|| redlock_client(&url));
 }
 
 #[test]

@@ -24,6 +24,10 @@ pub fn run_promote(new_client: &dyn Fn() -> Client) {
             "promote_and_demote_check_the_kind",
             promote_and_demote_check_the_kind,
         ),
+        (
+            "an_interrupt_ends_a_waiting_promote",
+            an_interrupt_ends_a_waiting_promote,
+        ),
     ];
     run_checks(&new_client(), &new_client(), checks);
 }
@@ -146,4 +150,42 @@ fn promote_and_demote_check_the_kind(a: &Client, _b: &Client) {
     assert_eq!(kind(short.promote(Duration::ZERO)), ErrorKind::Lost);
     assert_eq!(short.remaining(), Duration::ZERO);
     w.release().unwrap();
+}
+
+/// A waiting promote ends as an acquire's wait does, on the client's interrupt, and leaves the
+/// lease shared and held; the next promote is not interrupted.
+fn an_interrupt_ends_a_waiting_promote(a: &Client, b: &Client) {
+    let k = key("promote-interrupt");
+    let r1 = a.try_acquire_shared(&k, LONG).unwrap();
+    let r2 = b.try_acquire_shared(&k, LONG).unwrap();
+    let fence = r1.fence();
+    let waiting = std::thread::spawn(move || {
+        let mut r1 = r1;
+        let outcome = r1.promote(Duration::from_secs(20));
+        (r1, outcome)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let asked = Instant::now();
+    a.interrupt();
+    let (mut r1, outcome) = waiting.join().unwrap();
+    let took = asked.elapsed();
+    eprintln!(
+        "conformance[{}]: a promote's wait ended {} ms after the interrupt",
+        a.backend_name(),
+        took.as_millis()
+    );
+    assert_eq!(kind(outcome), ErrorKind::Interrupted);
+    assert!(took < Duration::from_secs(2), "the interrupt took {took:?}");
+    assert_eq!(r1.kind(), LeaseKind::Shared, "still shared");
+    assert_eq!(r1.fence(), fence);
+    assert!(r1.remaining() > Duration::from_secs(5), "and held");
+    let leaver = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(150));
+        r2.release().unwrap();
+    });
+    r1.promote(Duration::from_secs(20))
+        .expect("a later promote is not interrupted");
+    leaver.join().unwrap();
+    assert_eq!(r1.kind(), LeaseKind::Exclusive);
+    r1.release().unwrap();
 }

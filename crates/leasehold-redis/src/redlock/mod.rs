@@ -59,6 +59,7 @@ mod node;
 mod pipeline;
 mod records;
 mod round;
+mod swap;
 mod tally;
 mod wait;
 
@@ -407,6 +408,15 @@ impl LockBackend for RedlockBackend {
                 Err(e)
             }
         }
+    }
+
+    // Promote and demote: see `swap.rs`.
+    fn try_promote(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        self.promote(lease, ttl)
+    }
+
+    fn demote(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        RedlockBackend::demote(self, lease, ttl)
     }
 
     // Shared locks, semaphores, restore and force-release: see `kinds.rs`.
