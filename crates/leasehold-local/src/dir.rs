@@ -9,7 +9,7 @@
 //! with `single_host=true`: records tell boots apart by the kernel's boot id, which only means
 //! "an earlier boot" when every writer runs on this host.
 
-use crate::file::io_error;
+use crate::io_error::io_error;
 use leasehold_core::{Error, Result};
 use std::ffi::CString;
 use std::fs::File;

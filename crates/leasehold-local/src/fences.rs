@@ -20,7 +20,8 @@
 //! losing it only falls back to the wall clock.
 
 use crate::dir::{identity, Dir};
-use crate::file::{io_error, lock};
+use crate::file::lock;
+use crate::io_error::io_error;
 use leasehold_core::Result;
 use std::fs::File;
 use std::io::ErrorKind;

@@ -5,6 +5,7 @@
 //! sections are a read and a write of one page, so the lock is normally free within microseconds.
 
 use crate::dir::{identity, Dir};
+use crate::io_error::io_error;
 use crate::record::{self, Decoded, Record, FILE_LEN};
 use leasehold_core::{Error, Result};
 use std::fs::File;
@@ -181,8 +182,4 @@ pub(crate) fn flock_until(
             );
         }
     }
-}
-
-pub(crate) fn io_error(what: &str, path: &Path, err: &std::io::Error) -> Error {
-    Error::Unavailable(format!("{what} {}: {err}", path.display()))
 }

@@ -72,6 +72,7 @@ mod clock;
 mod dir;
 mod fences;
 mod file;
+mod io_error;
 mod names;
 mod queue;
 mod record;
@@ -178,7 +179,7 @@ impl LocalBackend {
     /// needed to clean a large directory at once. Takes time in proportion to the directory.
     pub fn sweep(&self) -> Result<usize> {
         let entries = std::fs::read_dir(self.dir.path())
-            .map_err(|e| file::io_error("cannot list", self.dir.path(), &e))?;
+            .map_err(|e| io_error::io_error("cannot list", self.dir.path(), &e))?;
         let mut deleted = 0;
         for entry in entries.flatten() {
             if let Some(name) = entry.file_name().to_str() {
@@ -265,7 +266,7 @@ impl LocalBackend {
         // The side file first: a crash in between leaves an idle record, which is no harm.
         size::remove(&self.dir, name)?;
         match self.dir.unlink(name) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(file::io_error(
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_error::io_error(
                 "cannot delete the record file",
                 &self.dir.join(name),
                 &e,

@@ -37,7 +37,8 @@
 //! and process, 64 entries and 2 ms at most each time, one try at each file's lock).
 
 use crate::dir::Dir;
-use crate::file::{io_error, Locked, Mode};
+use crate::file::{Locked, Mode};
+use crate::io_error::io_error;
 use crate::names;
 use crate::LocalBackend;
 use leasehold_core::records::{Record, RecordStore, MAX_RECORD};

@@ -31,7 +31,8 @@
 //! the FNV-1a 64 hash of `[0..8]`, as in records.
 
 use crate::dir::Dir;
-use crate::file::{io_error, Locked};
+use crate::file::Locked;
+use crate::io_error::io_error;
 use crate::names;
 use crate::record::{check, Record};
 use leasehold_core::wait::other_size;

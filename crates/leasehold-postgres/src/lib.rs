@@ -146,7 +146,7 @@
 //! # Least privilege (table mode)
 //!
 //! Let the table's owner create the tables once (connect once in table mode, or run the
-//! `CREATE TABLE`s of `table.rs`), then grant the application's role exactly this (for the
+//! `CREATE TABLE`s of `table/mod.rs`), then grant the application's role exactly this (for the
 //! default table `leasehold_locks`; tests/privileges.rs runs these lines with `lp_locks`):
 //!
 //! ```sql
