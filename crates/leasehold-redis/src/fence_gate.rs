@@ -7,7 +7,7 @@
 //! is equal to (the same holder writing again) or above the stored one, and refuses an older one
 //! with [`GateError::Stale`], leaving the hash as it was. [`get_fenced`] reads both in one command.
 //! The script is sent by its SHA1 (EVALSHA) and loaded again if the server lost it, like the lease
-//! scripts; the key travels as KEYS[1], so it works on a Cluster too.
+//! scripts; the key travels as `KEYS[1]`, so it works on a Cluster too.
 //!
 //! Fences are compared as decimal strings (longer is larger, then byte order), never as Lua
 //! numbers: those are doubles, exact only up to 2^53, and the gate takes any `u64`.

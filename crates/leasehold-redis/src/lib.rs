@@ -33,7 +33,7 @@
 //! inside `u64` (and exact in Lua's doubles until the year 2255).
 //!
 //! The counter expires 24 h after the key's last acquisition
-//! ([`node::DEFAULT_FENCE_RETENTION`], [`RedisBackend::with_fence_retention`]), so a key locked
+//! (the retention, [`RedisBackend::with_fence_retention`]), so a key locked
 //! once leaves nothing behind for longer than that. The bound, in full: **fences keep increasing as
 //! long as the server's clock never steps back by more than the time since the key's last fence
 //! when the counter is lost (a restart takes seconds), and by no more than the retention (24 h) in
@@ -41,8 +41,8 @@
 //! master's to within the failover time. Clocks kept by NTP (which slews rather than steps) are far
 //! inside both. Redlock rounds the clock part to 10 ms so its nodes agree (see `redlock/fence.rs`).
 //!
-//! Layout, for reuse by Redlock (N independent [`node::Node`]s): [`keys`] (where a lease lives),
-//! `scripts` (the Lua), `connection` (opening connections: timeouts, AUTH, db, TLS), [`node`] (one
+//! Layout, for reuse by Redlock (N independent nodes, `node.rs`): [`keys`] (where a lease lives),
+//! `scripts` (the Lua), `connection` (opening connections: timeouts, AUTH, db, TLS), `node` (one
 //! server: pools and script calls, each bounded), `single` (the one-server backend), `redlock`
 //! (Redlock: the backend in `mod.rs`, one quorum round in `round.rs` counted by `tally.rs`, its
 //! fence in `fence.rs`, its parallel calls in `fanout.rs` and `pipeline.rs`, its own calls on one
@@ -86,7 +86,7 @@ pub mod fence_gate;
 pub mod keys;
 mod kind_keys;
 mod kinds;
-pub mod node;
+mod node;
 mod pause;
 mod records;
 mod redlock;

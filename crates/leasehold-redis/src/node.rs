@@ -11,11 +11,11 @@
 use crate::connection::{Conn, ConnectSettings, Manager};
 use crate::errors::{breaks_connection, from_pool, from_redis, is_dropped};
 use crate::keys::RedisKeys;
-use crate::scripts::{ACQUIRE_SCRIPT, ALL, EXTEND_SCRIPT, INSPECT_SCRIPT, RELEASE_SCRIPT};
+use crate::scripts::{ACQUIRE_SCRIPT, ALL, EXTEND_SCRIPT, RELEASE_SCRIPT};
 use crate::wire::Wire;
 use leasehold_core::config::RedisServer;
 use leasehold_core::pool::{ManageConnection, Pool, PooledConnection};
-use leasehold_core::{Deadline, Error, KeyInfo, Result, Secrets, Token, Ttl};
+use leasehold_core::{Deadline, Error, Result, Secrets, Token, Ttl};
 use redis::{
     from_redis_value, ConnectionLike, ErrorKind, FromRedisValue, RedisError, RedisResult, Script,
     ServerErrorKind, Value,
@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 /// The outcome of one acquire script run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Attempt {
+pub(crate) enum Attempt {
     /// Taken, with this fence.
     Acquired(u64),
     /// Held by someone else, whose lease has this much left (`None`: the key has no expiry, which
@@ -41,7 +41,7 @@ pub enum Attempt {
 /// How an acquire attempt treats the waiters' queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Mode {
+pub(crate) enum Mode {
     /// One attempt: refused while the key is held or reserved; never queues.
     Try,
     /// An attempt of a waiting `acquire`: refused, it joins the queue (or renews its heartbeat
@@ -59,7 +59,7 @@ pub enum Mode {
 /// What a blocked waiter learned from its signal list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Signal {
+pub(crate) enum Signal {
     /// The block time ran out (or the wait could not start): try again.
     TimedOut,
     /// Woken: the key was freed or its holder changed; try again.
@@ -70,7 +70,7 @@ pub enum Signal {
     Granted(u64),
 }
 
-pub struct Node {
+pub(crate) struct Node {
     /// `host:port`, for messages.
     name: String,
     pool: Pool<Manager>,
@@ -94,7 +94,7 @@ pub struct Node {
 
 /// How long a fence counter outlives the key's last acquisition: the bound on how far a server's
 /// clock may step back without a fence going backwards (see the crate docs).
-pub const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
 impl fmt::Debug for Node {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -348,7 +348,7 @@ fn ok(reply: Option<Value>) -> RedisResult<Value> {
 macro_rules! plain {
     ($(#[$doc:meta])* $name:ident = $inner:ident($($arg:ident: $ty:ty),* $(; $extra:expr)?) -> $out:ty) => {
         $(#[$doc])*
-        pub fn $name(&self, $($arg: $ty),*) -> Result<$out> {
+        pub(crate) fn $name(&self, $($arg: $ty),*) -> Result<$out> {
             self.$inner($($arg,)* $($extra)?).map_err(Failure::into_error)
         }
     };
@@ -357,7 +357,7 @@ macro_rules! plain {
 impl Node {
     /// Builds the pools and checks that the server answers (and accepts our credentials), so a dead
     /// host or a wrong password is reported here, within about the connect timeout.
-    pub fn connect(
+    pub(crate) fn connect(
         server: &RedisServer,
         settings: ConnectSettings,
         pool_size: u32,
@@ -374,7 +374,7 @@ impl Node {
     /// use; [`Node::check`] tests the server.
     ///
     /// A `server.host` starting with `/` is the path of a Unix socket (`redis+unix://`).
-    pub fn unchecked(
+    pub(crate) fn unchecked(
         server: &RedisServer,
         settings: ConnectSettings,
         pool_size: u32,
@@ -416,33 +416,33 @@ impl Node {
     }
 
     /// How long fence counters are kept after a key's last acquisition (at least 1 ms).
-    pub fn set_fence_retention(&mut self, retention: Duration) {
+    pub(crate) fn set_fence_retention(&mut self, retention: Duration) {
         self.fence_retention = retention.max(Duration::from_millis(1));
     }
 
-    pub fn fence_retention(&self) -> Duration {
+    pub(crate) fn fence_retention(&self) -> Duration {
         self.fence_retention
     }
 
     /// `replicas=N`: an acquire or extend succeeds only once `WAIT N timeout` (sent in the same
     /// round trip as the script) confirms that `replicas` replicas have it; short of that, the
     /// lease is given back and the call is `Unavailable`. 0: no `WAIT`.
-    pub fn set_replicas(&mut self, replicas: u32, timeout: Duration) {
+    pub(crate) fn set_replicas(&mut self, replicas: u32, timeout: Duration) {
         self.replicas = replicas;
         self.replicas_timeout = timeout.max(Duration::from_millis(1));
     }
 
-    pub fn replicas(&self) -> u32 {
+    pub(crate) fn replicas(&self) -> u32 {
         self.replicas
     }
 
     /// How many replicas acknowledged the last acquire or extend that waited for them.
-    pub fn last_acknowledged(&self) -> Option<u32> {
+    pub(crate) fn last_acknowledged(&self) -> Option<u32> {
         u32::try_from(self.last_acked.load(Ordering::Relaxed)).ok()
     }
 
     /// How much longer than a plain call an acquire or extend may take: the `WAIT`.
-    pub fn replicas_allowance(&self) -> Duration {
+    pub(crate) fn replicas_allowance(&self) -> Duration {
         if self.replicas == 0 {
             Duration::ZERO
         } else {
@@ -453,7 +453,7 @@ impl Node {
     /// Checks that the server answers, accepts our credentials and runs our scripts (loading them,
     /// so the first calls need no NOSCRIPT round trip). Returns whether it takes fractional `BLPOP`
     /// timeouts.
-    pub fn check(&self, deadline: Deadline) -> Result<bool> {
+    pub(crate) fn check(&self, deadline: Deadline) -> Result<bool> {
         let left = deadline.check(&format!("redis {}: connect", self.name))?;
         // The check runs on a connection of its own rather than through the pool, whose checkout
         // would retry a refused connection or a wrong password until the connect timeout: the
@@ -495,23 +495,16 @@ impl Node {
 
     /// Whether the server takes fractional `BLPOP` timeouts (Redis ≥ 6), which native waiting
     /// needs.
-    pub fn blocks_fractionally(&self) -> bool {
+    pub(crate) fn blocks_fractionally(&self) -> bool {
         self.blocks_fractionally
     }
 
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
-    pub fn settings(&self) -> &ConnectSettings {
+    pub(crate) fn settings(&self) -> &ConnectSettings {
         &self.settings
-    }
-
-    pub fn ping(&self, deadline: Deadline) -> Result<()> {
-        self.run(&self.pool, "ping", deadline, |c| {
-            redis::cmd("PING").query::<()>(c)
-        })
-        .map_err(Failure::into_error)
     }
 
     /// `ROLE`'s first word: `master`, `slave` or `sentinel`.
@@ -534,12 +527,6 @@ impl Node {
             }
         })
     }
-
-    plain!(
-        /// One run of the acquire script: SET NX PX and the fence INCR, or the holder's time left.
-        acquire = acquire_via(keys: &RedisKeys, token: &Token, ttl: Ttl, mode: Mode,
-            signal_ttl: Duration, deadline: Deadline; Via::default()) -> Attempt
-    );
 
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn acquire_via(
@@ -676,13 +663,6 @@ impl Node {
         }))
     }
 
-    plain!(
-        /// Compare-and-delete plus a wake-up for the first waiter. `false`: the key does not hold
-        /// this token.
-        release = release_via(keys: &RedisKeys, token: &Token, signal_ttl: Duration,
-            deadline: Deadline; Via::default()) -> bool
-    );
-
     pub(crate) fn release_via(
         &self,
         keys: &RedisKeys,
@@ -732,23 +712,6 @@ impl Node {
         Ok(done == 1)
     }
 
-    plain!(inspect = inspect_via(keys: &RedisKeys, deadline: Deadline; Via::default()) -> KeyInfo);
-
-    pub(crate) fn inspect_via(
-        &self,
-        keys: &RedisKeys,
-        deadline: Deadline,
-        via: Via,
-    ) -> std::result::Result<KeyInfo, Failure> {
-        let call = ScriptCall::new(&INSPECT_SCRIPT).keys([&keys.lock, &keys.fence, &keys.queue]);
-        let ((pttl, fence, _waiters), _): ((i64, i64, i64), _) =
-            self.run(&self.pool, "inspect", deadline, |c| call.send(c, via, None))?;
-        let held = pttl >= 0 || pttl == -1;
-        let remaining = u64::try_from(pttl).ok().map(Duration::from_millis);
-        let fence = u64::try_from(fence).ok();
-        Ok(KeyInfo::new(held, remaining, fence))
-    }
-
     /// Runs `f` on a pooled lease-operation connection, bounded and retried like every call here:
     /// for the scripts only Redlock uses (see `redlock/node.rs`).
     pub(crate) fn call<T>(
@@ -770,21 +733,6 @@ impl Node {
     ) -> std::result::Result<T, Failure> {
         self.run(&self.pool, what, deadline, f)
     }
-
-    plain!(
-        /// Blocks up to `block` (at least 1 ms) for a wake-up signal on the waiter's own list
-        /// `signal`. `Ok(true)`: a signal came; `Ok(false)`: the block time ran out, or every
-        /// waiter connection is busy (the caller simply tries the lock again).
-        ///
-        /// Redis checks blocking timeouts only on its cron tick (every 100 ms at the default
-        /// `hz 10`), so a `BLPOP` timeout fires up to 100 ms late. Where that matters, `precise`
-        /// (the block ends when a crashed holder's lease expires) makes the client's own read
-        /// timeout end the block on time instead, with the server's timeout as a backstop; the
-        /// connection, whose `BLPOP` is still pending, is then dropped. Otherwise the read timeout
-        /// is `block` plus the I/O timeout, so a hung server still ends the wait within that.
-        wait_signal = wait_signal_routed(signal: &[u8], block: Duration, precise: bool,
-            deadline: Deadline) -> bool
-    );
 
     /// [`Node::wait_signal`], keeping what routing needs to know about a failure (a Cluster node
     /// that no longer has the slot answers `MOVED` at once).
@@ -1119,6 +1067,66 @@ mod tests {
         assert_eq!(
             blpop_timeout(Duration::from_secs(7 * 24 * 3600)),
             "604800.000"
+        );
+    }
+
+    /// A single-node acquire resent with the same token (the first send ran, its reply was lost)
+    /// counts as taken with the same fence, and its expiry restarts from the resend.
+    #[test]
+    fn an_acquire_resent_with_our_token_resets_the_expiry() {
+        let server = leasehold_testkit::RedisServer::start();
+        let config = leasehold_core::Config::parse(&server.url()).unwrap();
+        let leasehold_core::BackendConfig::Redis {
+            server: address, ..
+        } = &config.backend
+        else {
+            unreachable!()
+        };
+        let settings = ConnectSettings {
+            connect_timeout: Duration::from_secs(1),
+            io_timeout: Duration::from_secs(1),
+            tls: None,
+        };
+        let node = Node::connect(address, settings, 2, Default::default()).unwrap();
+        let key =
+            leasehold_core::Key::new(leasehold_testkit::unique_key("resend").as_bytes()).unwrap();
+        let keys = crate::keys::RedisKeys::new("leasehold:", &key);
+        let token = leasehold_core::Token::generate().unwrap();
+        let ttl = leasehold_core::Ttl::new(Duration::from_secs(10)).unwrap();
+        let deadline = || leasehold_core::Deadline::after(Duration::from_secs(2));
+        let signal = Duration::from_secs(1);
+        let first = node
+            .acquire_via(
+                &keys,
+                &token,
+                ttl,
+                Mode::Try,
+                signal,
+                deadline(),
+                Via::default(),
+            )
+            .map_err(Failure::into_error)
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(1200));
+        let again = node
+            .acquire_via(
+                &keys,
+                &token,
+                ttl,
+                Mode::Try,
+                signal,
+                deadline(),
+                Via::default(),
+            )
+            .map_err(Failure::into_error)
+            .unwrap();
+        assert_eq!(first, again, "same lease, same fence");
+        assert!(matches!(again, Attempt::Acquired(_)));
+        let reply = server.command(&[b"PTTL", &keys.lock]);
+        let left: i64 = reply.trim().trim_start_matches(':').parse().unwrap();
+        assert!(
+            left > 9_500,
+            "expiry reset to the new 10 s TTL, {left} ms left"
         );
     }
 }

@@ -109,9 +109,6 @@ const EXTEND: &str = concat!(
     include_str!("lua/extend.lua"),
 );
 
-/// KEYS: lock, fence, queue. Returns `{pttl, last fence or -1, waiters}` read atomically.
-const INSPECT: &str = include_str!("lua/inspect.lua");
-
 /// Redlock's claim of a fence for an exclusive lock on one node. KEYS: lock, fence. ARGV: token,
 /// a fence, fence retention ms. While the lock holds the token, draws `max(stored + 1, fence)`
 /// from the counter and returns it; otherwise returns 0 and draws nothing, so that a node draws
@@ -419,7 +416,6 @@ const RECORD: &str = include_str!("lua/record.lua");
 pub(crate) static ACQUIRE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE));
 pub(crate) static RELEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE));
 pub(crate) static EXTEND_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND));
-pub(crate) static INSPECT_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(INSPECT));
 
 pub(crate) static REDLOCK_ACQUIRE_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(REDLOCK_ACQUIRE));
@@ -469,7 +465,7 @@ pub(crate) static REDLOCK_GATE_REACH_SCRIPT: LazyLock<Script> =
 
 pub(crate) static RECORD_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RECORD));
 
-pub(crate) static ALL: [&LazyLock<Script>; 28] = [
+pub(crate) static ALL: [&LazyLock<Script>; 27] = [
     &SHARED_ACQUIRE_SCRIPT,
     &SHARED_SETTLE_SCRIPT,
     &PROMOTE_SCRIPT,
@@ -491,7 +487,6 @@ pub(crate) static ALL: [&LazyLock<Script>; 28] = [
     &ACQUIRE_SCRIPT,
     &RELEASE_SCRIPT,
     &EXTEND_SCRIPT,
-    &INSPECT_SCRIPT,
     &REDLOCK_ACQUIRE_SCRIPT,
     &REDLOCK_RELEASE_SCRIPT,
     &REDLOCK_GATE_READ_SCRIPT,

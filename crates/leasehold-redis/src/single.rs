@@ -180,7 +180,7 @@ impl RedisBackend {
     }
 
     /// How long a key's fence counter is kept after its last acquisition (default
-    /// [`crate::node::DEFAULT_FENCE_RETENTION`], 24 h; at least 1 ms). Fences keep increasing
+    /// `DEFAULT_FENCE_RETENTION`, 24 h; at least 1 ms). Fences keep increasing
     /// whatever the retention; it bounds how far the server's clock may step back without a fence
     /// going backwards, and how long a key's counter stays in Redis after its last lease (see the
     /// crate docs).

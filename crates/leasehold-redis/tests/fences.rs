@@ -1,12 +1,11 @@
 //! Fences that never go backwards when Redis loses data (a hybrid logical clock: `max(stored + 1,
-//! server µs)`), fence counters that expire instead of piling up, and a key that already holds our
-//! token getting its expiry reset when it is granted again.
+//! server µs)`) and fence counters that expire instead of piling up. (A key that already holds our
+//! token getting its expiry reset when it is granted again is `node.rs`'s test.)
 
 mod common;
 
-use leasehold_core::{BackendConfig, Client, Config, Token, Ttl};
-use leasehold_redis::node::{Attempt, Mode, Node};
-use leasehold_redis::{keys::RedisKeys, ConnectSettings, RedisBackend, RedlockBackend};
+use leasehold_core::{Client, Config};
+use leasehold_redis::{keys::RedisKeys, RedisBackend, RedlockBackend};
 use leasehold_testkit::{unique_key, wait_until, RedisServer};
 use std::time::{Duration, Instant};
 
@@ -186,44 +185,4 @@ fn redlock_fresh_keys_leave_only_expiring_counters() {
         );
         assert_eq!(keys_without_expiry(node), 0);
     }
-}
-
-/// A single-node acquire resent with the same token (the first send ran, its reply was lost)
-/// counts as taken with the same fence, and its expiry restarts from the resend.
-#[test]
-fn an_acquire_resent_with_our_token_resets_the_expiry() {
-    let server = RedisServer::start();
-    let config = Config::parse(&server.url()).unwrap();
-    let BackendConfig::Redis {
-        server: address, ..
-    } = &config.backend
-    else {
-        unreachable!()
-    };
-    let settings = ConnectSettings {
-        connect_timeout: Duration::from_secs(1),
-        io_timeout: Duration::from_secs(1),
-        tls: None,
-    };
-    let node = Node::connect(address, settings, 2, Default::default()).unwrap();
-    let key = leasehold_core::Key::new(unique_key("resend").as_bytes()).unwrap();
-    let keys = RedisKeys::new("leasehold:", &key);
-    let token = Token::generate().unwrap();
-    let ttl = Ttl::new(Duration::from_secs(10)).unwrap();
-    let deadline = || leasehold_core::Deadline::after(Duration::from_secs(2));
-    let signal = Duration::from_secs(1);
-    let first = node
-        .acquire(&keys, &token, ttl, Mode::Try, signal, deadline())
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(1200));
-    let again = node
-        .acquire(&keys, &token, ttl, Mode::Try, signal, deadline())
-        .unwrap();
-    assert_eq!(first, again, "same lease, same fence");
-    assert!(matches!(again, Attempt::Acquired(_)));
-    let left = pttl(&server, &keys.lock);
-    assert!(
-        left > 9_500,
-        "expiry reset to the new 10 s TTL, {left} ms left"
-    );
 }

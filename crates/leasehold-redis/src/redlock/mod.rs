@@ -112,7 +112,7 @@ impl fmt::Debug for RedlockBackend {
 }
 
 impl RedlockBackend {
-    /// Builds one [`Node`] per server of a `redlock://` configuration and checks them all at once:
+    /// Builds one node (`node.rs`) per server of a `redlock://` configuration and checks them all at once:
     /// fewer than a quorum answering (or accepting our credentials) gives `Unavailable` within
     /// about the connect timeout; a minority may be down and is used once it comes back.
     pub fn connect(config: &Config) -> Result<RedlockBackend> {
@@ -285,7 +285,7 @@ impl LockBackend for RedlockBackend {
         }
     }
 
-    /// Exclusive waiters rank themselves in the nodes' queues and poll by rank ([`RoundWaiter`]);
+    /// Exclusive waiters rank themselves in the nodes' queues and poll by rank (`RoundWaiter`);
     /// shares and permits poll (core's jittered backoff): Redlock's queues only rank exclusive
     /// waiters, which is what gives a waiting writer precedence over new readers.
     fn waiter<'a>(
