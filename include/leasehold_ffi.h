@@ -261,8 +261,8 @@ enum leasehold_status leasehold_try_acquire(const struct leasehold_client *clien
 /**
  * Like `leasehold_try_acquire`, but waits up to `wait_ms` milliseconds (0 to 604800000) for the
  * key to become free; `LEASEHOLD_NOT_ACQUIRED` when the wait runs out. Returns no later than
- * `wait_ms` plus one I/O timeout of the URL. A `wait_ms` of 0 makes a single attempt.
- * Thread-safe; blocks only the calling thread.
+ * `wait_ms` plus one connect and one I/O timeout of the URL. A `wait_ms` of 0 makes a single
+ * attempt. Thread-safe; blocks only the calling thread.
  *
  * # Safety
  * As for `leasehold_try_acquire`.
