@@ -43,13 +43,15 @@
 //!
 //! Layout, for reuse by Redlock (N independent nodes, `node.rs`): [`keys`] (where a lease lives),
 //! `scripts` (the Lua), `connection` (opening connections: timeouts, AUTH, db, TLS), `node` (one
-//! server: pools and script calls, each bounded), `single` (the one-server backend), `redlock`
+//! server: pools and script calls, each bounded), `single` (the backend of one server, a Cluster
+//! or a Sentinel service, which `topology` routes to: `cluster`, `sentinel`, and what those two
+//! share in `routing`), `redlock`
 //! (Redlock: the backend in `mod.rs`, one quorum round in `round.rs` counted by `tally.rs`, its
 //! fence in `fence.rs`, its parallel calls in `fanout.rs` and `pipeline.rs`, its own calls on one
 //! node in `node.rs` and `kinds.rs`, how its waiters pace their rounds in `wait.rs`, and in
-//! `gate.rs` how a node that lost its data is kept from granting until its leases are over); shared
-//! locks, semaphores, restore and force-release in `kinds` (routed like every call, through
-//! `topology`) and `kind_keys` (their key names).
+//! `gate.rs` how a node that lost its data is kept from granting until its leases are over), promote
+//! and demote over a quorum in `swap.rs`); shared locks, semaphores, restore and force-release in
+//! `kinds` (routed like every call, through `topology`) and `kind_keys` (their key names).
 //!
 //! Operational notes:
 //! - Connections: up to `pool_size` for lease operations plus up to `pool_size` for blocked
@@ -80,6 +82,7 @@
 //! - `rediss://` verifies the server certificate against the system trust store (`SSL_CERT_FILE` /
 //!   `SSL_CERT_DIR` override it), with rustls and the ring provider.
 
+mod cluster;
 mod connection;
 mod errors;
 pub mod fence_gate;
@@ -90,7 +93,9 @@ mod node;
 mod pause;
 mod records;
 mod redlock;
+mod routing;
 mod scripts;
+mod sentinel;
 mod single;
 mod topology;
 mod wire;

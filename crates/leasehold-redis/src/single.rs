@@ -25,11 +25,14 @@
 //! that crashed just after acquiring (for a head that takes no grant the key stays reserved, up to
 //! about four heartbeat intervals).
 
+use crate::cluster::Cluster;
 use crate::connection::ConnectSettings;
 use crate::keys::RedisKeys;
 use crate::node::{Attempt, Mode, Node, Signal, DEFAULT_FENCE_RETENTION};
 use crate::pause;
-use crate::topology::{Cluster, NodeTemplate, Sentinel, Topology};
+use crate::routing::NodeTemplate;
+use crate::sentinel::Sentinel;
+use crate::topology::Topology;
 use leasehold_core::config::RedisServer;
 use leasehold_core::wait::{held_elsewhere, Polling, Turn, Waiter, Wake, Woken};
 use leasehold_core::{

@@ -1,0 +1,198 @@
+//! `redis+sentinel://`: the master the Sentinels name for a service, looked up again when it stops
+//! answering as the master (see `topology.rs` for the rules every routed call follows).
+
+use crate::node::{Failure, Hint, Node, Via};
+use crate::routing::{join_addr, pause_before_retry, NodeTemplate, LOOKUP_EVERY};
+use leasehold_core::config::RedisServer;
+use leasehold_core::{Deadline, Error, Result};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+pub(crate) struct Sentinel {
+    /// The Sentinels, each an ordinary node (a small pool, their own credentials).
+    sentinels: Vec<Node>,
+    service: String,
+    /// The master's credentials and db; its address comes from the Sentinels.
+    master: RedisServer,
+    template: NodeTemplate,
+    current: RwLock<Option<Arc<Node>>>,
+    looked_up: Mutex<Option<Instant>>,
+}
+
+impl std::fmt::Debug for Sentinel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sentinel")
+            .field("service", &self.service)
+            .field(
+                "sentinels",
+                &self.sentinels.iter().map(Node::name).collect::<Vec<_>>(),
+            )
+            .field("master", &self.current().map(|n| n.name().to_owned()))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sentinel {
+    /// Asks the Sentinels for the master of `service`, within `deadline`.
+    pub(crate) fn connect(
+        sentinels: &[RedisServer],
+        service: String,
+        master: RedisServer,
+        template: NodeTemplate,
+        deadline: Deadline,
+    ) -> Result<Sentinel> {
+        let sentinel_template = NodeTemplate {
+            pool_size: 2,
+            replicas: 0,
+            ..template.clone()
+        };
+        let sentinels = sentinels
+            .iter()
+            .map(|s| sentinel_template.build(s))
+            .collect::<Result<Vec<_>>>()?;
+        let sentinel = Sentinel {
+            sentinels,
+            service,
+            master,
+            template,
+            current: RwLock::new(None),
+            looked_up: Mutex::new(None),
+        };
+        sentinel.resolve(deadline, None)?;
+        Ok(sentinel)
+    }
+
+    /// Fence retention for the master from now on: it is built again with it on first use.
+    pub(crate) fn set_fence_retention(&mut self, retention: Duration) {
+        self.template.fence_retention = retention;
+        *self.current.get_mut().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    pub(crate) fn service(&self) -> &str {
+        &self.service
+    }
+
+    pub(crate) fn sentinel_count(&self) -> usize {
+        self.sentinels.len()
+    }
+
+    pub(crate) fn current(&self) -> Option<Arc<Node>> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub(crate) fn run<T>(
+        &self,
+        deadline: Deadline,
+        mut op: impl FnMut(&Node, Via) -> std::result::Result<T, Failure>,
+    ) -> Result<T> {
+        loop {
+            let node = match self.current() {
+                Some(node) => node,
+                None => match self.resolve(deadline, None) {
+                    Ok(node) => node,
+                    Err(e) if !pause_before_retry(deadline) => return Err(e),
+                    Err(_) => continue,
+                },
+            };
+            let failure = match op(&node, Via::default()) {
+                Ok(value) => return Ok(value),
+                Err(failure) => failure,
+            };
+            if failure.hint != Hint::Reroute || deadline.is_past() {
+                return Err(failure.into_error());
+            }
+            // Unreachable or demoted: the Sentinels may name another master by now (another
+            // thread may have asked them already).
+            let changed = self.current().is_some_and(|now| !Arc::ptr_eq(&now, &node));
+            if !changed && self.due() {
+                let _ = self.resolve(deadline, Some(&node));
+            }
+            if !pause_before_retry(deadline) {
+                return Err(failure.into_error());
+            }
+        }
+    }
+
+    fn due(&self) -> bool {
+        let mut last = self.looked_up.lock().unwrap_or_else(|p| p.into_inner());
+        let due = last.is_none_or(|at| at.elapsed() >= LOOKUP_EVERY);
+        if due {
+            *last = Some(Instant::now());
+        }
+        due
+    }
+
+    /// Asks each Sentinel in turn for the master's address and takes the first one that `ROLE`
+    /// confirms is a master (a Sentinel that has not caught up with a failover, or lies, names a
+    /// replica). `failed` is the node that just failed: it is kept only if it still says `master`.
+    fn resolve(&self, deadline: Deadline, failed: Option<&Arc<Node>>) -> Result<Arc<Node>> {
+        *self.looked_up.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        let mut problems: Vec<String> = Vec::new();
+        for sentinel in &self.sentinels {
+            if deadline.is_past() {
+                break;
+            }
+            let ask = deadline.min(Deadline::after(sentinel.settings().io_timeout));
+            let reply = sentinel.call_routed("sentinel get-master-addr-by-name", ask, |c| {
+                redis::cmd("SENTINEL")
+                    .arg("get-master-addr-by-name")
+                    .arg(&self.service)
+                    .query::<Option<(String, u16)>>(c)
+            });
+            let (host, port) = match reply {
+                Ok(Some(addr)) => addr,
+                Ok(None) => {
+                    problems.push(format!(
+                        "{} does not know service {:?}",
+                        sentinel.name(),
+                        self.service
+                    ));
+                    continue;
+                }
+                Err(f) => {
+                    problems.push(f.into_error().to_string());
+                    continue;
+                }
+            };
+            let addr = join_addr(&host, port);
+            let node = match self.current() {
+                Some(now) if now.name() == addr => now,
+                _ => match failed.filter(|n| n.name() == addr) {
+                    Some(n) => n.clone(),
+                    None => {
+                        let server = RedisServer {
+                            host,
+                            port,
+                            ..self.master.clone()
+                        };
+                        Arc::new(self.template.build(&server)?)
+                    }
+                },
+            };
+            let confirm = deadline.min(Deadline::after(node.settings().io_timeout));
+            match node.role(confirm) {
+                Ok(role) if role == "master" => {
+                    *self.current.write().unwrap_or_else(|p| p.into_inner()) = Some(node.clone());
+                    return Ok(node);
+                }
+                Ok(role) => problems.push(format!(
+                    "{} names {addr} as the master, which says it is a {role}",
+                    sentinel.name()
+                )),
+                Err(f) => problems.push(f.into_error().to_string()),
+            }
+        }
+        Err(Error::Unavailable(format!(
+            "redis sentinel: no master for service {:?} ({})",
+            self.service,
+            if problems.is_empty() {
+                "out of time".to_owned()
+            } else {
+                problems.join("; ")
+            }
+        )))
+    }
+}
