@@ -9,6 +9,12 @@
 //!   likewise, from one thread;
 //! - `topology/{cluster,sentinel,replicas1}`: Cluster (3+3), Sentinel and `replicas=1` beside the cycle
 //!   on one server (skipped with `LEASEHOLD_BENCH_TOPOLOGIES=0`).
+//! - `growth/keys_100k`: the cycle on a server holding 100,000 other leases beside the same cycle on
+//!   an empty server; `growth/permits_65535` and `growth/redlock_permits_65535`: a permit cycle on a
+//!   semaphore of 65,535 permits with 1,000 held, beside one on a semaphore of 2 with 1 held (one
+//!   server, and Redlock over 3), so a cost that grows with the work shows as a ratio above 1;
+//!   `growth/leases_10k/memory.json`: this process's resident memory before and after it holds
+//!   10,000 leases (skipped, all four, with `LEASEHOLD_BENCH_GROWTH=0`).
 //!
 //! Each figure is timed in alternation with its floor (support/paired.rs): criterion's
 //! `target/criterion/<group>/<bench>/new/estimates.json` is the figure, `paired.json` beside it the floor
@@ -196,9 +202,119 @@ fn topologies(c: &mut Criterion) {
     g.finish();
 }
 
+/// Holders of a big semaphore in the growth rows: enough that a cost per holder shows, few enough
+/// that filling it stays within seconds on Redlock.
+const HELD_PERMITS: usize = 1_000;
+
+/// This process's resident set size, from `/proc/self/status` (Linux), in KiB.
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A permit acquire + release on the semaphore `key` of `permits`, which others hold already.
+fn permit_cycle<'a>(client: &'a Client, key: &'a str, permits: u32) -> impl FnMut() + 'a {
+    move || {
+        client
+            .try_acquire_permit(key, permits, TTL)
+            .unwrap()
+            .release()
+            .unwrap();
+    }
+}
+
+fn growth(c: &mut Criterion) {
+    if std::env::var("LEASEHOLD_BENCH_GROWTH").as_deref() == Ok("0") {
+        return;
+    }
+    let long = Duration::from_secs(600);
+    let (empty, full) = (RedisServer::start(), RedisServer::start());
+    let (on_empty, on_full) = (client(&empty.url()), client(&full.url()));
+    // 100,000 leases taken the ordinary way would take a minute; a script writes the same keys (a
+    // lock key with its TTL and a fence counter per lease) in well under a second.
+    let mut fill = Raw::connect(&full);
+    let script = b"for i = 1, tonumber(ARGV[1]) do         redis.call('SET', 'leasehold:{growth-' .. i .. '}l:held', 'token', 'PX', 600000)         redis.call('SET', 'leasehold:{growth-' .. i .. '}f:held', i, 'PX', 600000) end return 1";
+    fill.send(&[b"EVAL", script, b"0", b"100000"]);
+    fill.expect(b":1\r\n");
+
+    let (big, small) = (
+        unique_key("bench-growth-big"),
+        unique_key("bench-growth-small"),
+    );
+    let big_held: Vec<_> = (0..HELD_PERMITS)
+        .map(|_| on_empty.try_acquire_permit(&big, 65_535, long).unwrap())
+        .collect();
+    let small_held = on_empty.try_acquire_permit(&small, 2, long).unwrap();
+
+    let mut g = c.benchmark_group("growth");
+    paired::bench(
+        &mut g,
+        "growth",
+        "keys_100k",
+        SAMPLES,
+        paired::fresh_cycle(&on_full, "bench-growth", TTL),
+        paired::fresh_cycle(&on_empty, "bench-growth", TTL),
+    );
+    paired::bench(
+        &mut g,
+        "growth",
+        "permits_65535",
+        SAMPLES,
+        permit_cycle(&on_empty, &big, 65_535),
+        permit_cycle(&on_empty, &small, 2),
+    );
+    drop((big_held, small_held));
+
+    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let quorum = redlock(&nodes);
+    let big_held: Vec<_> = (0..HELD_PERMITS)
+        .map(|_| quorum.try_acquire_permit(&big, 65_535, long).unwrap())
+        .collect();
+    let small_held = quorum.try_acquire_permit(&small, 2, long).unwrap();
+    paired::bench(
+        &mut g,
+        "growth",
+        "redlock_permits_65535",
+        SAMPLES,
+        permit_cycle(&quorum, &big, 65_535),
+        permit_cycle(&quorum, &small, 2),
+    );
+    drop((big_held, small_held));
+    g.finish();
+
+    // Memory: what holding many leases costs the process that holds them (a lease is a token, a
+    // key and a deadline; the connection pool is shared).
+    let before = rss_kib();
+    let held: Vec<_> = (0..10_000)
+        .map(|i| {
+            on_empty
+                .try_acquire(format!("bench-growth-lease:{i}"), long)
+                .unwrap()
+        })
+        .collect();
+    let after = rss_kib();
+    drop(held);
+    let dir = paired::criterion_home().join("growth").join("leases_10k");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+    let json = format!(
+        "{{\"leases\": 10000, \"rss_before_kib\": {before}, \"rss_after_kib\": {after}}}\n"
+    );
+    let path = dir.join("memory.json");
+    std::fs::write(&path, json).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    println!(
+        "growth/leases_10k: resident memory {before} KiB before, {after} KiB while holding 10,000 leases (+{} KiB)",
+        after.saturating_sub(before)
+    );
+}
+
 criterion_group! {
     name = benches;
     config = paired::config(SAMPLES);
-    targets = single, redlock5, topologies
+    targets = single, redlock5, topologies, growth
 }
 criterion_main!(benches);

@@ -42,7 +42,7 @@ pub fn config(samples: usize) -> Criterion {
 }
 
 /// Where criterion writes: `CRITERION_HOME` (scripts/bench.sh sets it), else the workspace's target.
-fn criterion_home() -> PathBuf {
+pub fn criterion_home() -> PathBuf {
     if let Some(home) = std::env::var_os("CRITERION_HOME") {
         return home.into();
     }
