@@ -613,6 +613,18 @@ void leasehold_lease_detach(struct leasehold_lease *lease);
 const char *leasehold_client_stats_json(const struct leasehold_client *client);
 
 /**
+ * The `retries` member of `leasehold_client_stats_json` (extra attempts inside waits and
+ * multi-node rounds, so far), read alone: a caller that reports the retries of each acquire reads
+ * it before and after the acquire, without building and parsing the JSON of every counter. 0 for
+ * a NULL `client` (with `leasehold_last_error()` set), and in a fork() child if reconnecting
+ * fails, where the counts start from zero anyway. Makes no network call. Thread-safe.
+ *
+ * # Safety
+ * `client` is NULL or a live client.
+ */
+uint64_t leasehold_client_retries(const struct leasehold_client *client);
+
+/**
  * The same counters in the Prometheus text exposition format (version 0.0.4), ready to serve as
  * the body of a `/metrics` response (`Content-Type: text/plain; version=0.0.4`): counters named
  * `leasehold_<counter>_total`, `leasehold_errors_total{kind="…"}`, and histograms

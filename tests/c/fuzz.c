@@ -406,7 +406,9 @@ int main(void) {
     }
     (void)leasehold_client_stats_json(client);
     (void)leasehold_client_metrics(client);
+    (void)leasehold_client_retries(client);
     (void)leasehold_client_stats_json(NULL);
+    (void)leasehold_client_retries(NULL);
     (void)leasehold_client_metrics(NULL);
     leasehold_client_free(client);
     printf("FUZZ_DONE urls %" PRIu64 " raw_urls %" PRIu64 " acquires %" PRIu64

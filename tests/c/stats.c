@@ -120,11 +120,31 @@ static void clients_count_apart(const char *url) {
     leasehold_client_free(b);
 }
 
+/* leasehold_client_retries reads the JSON's `retries` alone: the same count, after a wait. */
+static void retries_read_alone(const char *url) {
+    leasehold_client *a = NULL, *b = NULL;
+    EXPECT(LEASEHOLD_OK, leasehold_client_open(url, &a));
+    EXPECT(LEASEHOLD_OK, leasehold_client_open(url, &b));
+    char key[64];
+    plain_key(key, sizeof key, "st-retries");
+    leasehold_lease *held = NULL, *waited = NULL;
+    EXPECT(LEASEHOLD_OK, leasehold_try_acquire(a, key, strlen(key), 30000, &held));
+    EXPECT(LEASEHOLD_NOT_ACQUIRED, leasehold_acquire(b, key, strlen(key), 30000, 200, &waited));
+    char *json = stats_copy(b);
+    expect_stat(json, "retries", leasehold_client_retries(b));
+    free(json);
+    leasehold_lease_free(held);
+    leasehold_client_free(a);
+    leasehold_client_free(b);
+}
+
 static void null_arguments(void) {
     CHECK(leasehold_client_stats_json(NULL) == NULL);
     EXPECT_ERROR_MENTIONS("leasehold_client_stats_json: invalid argument: client is NULL");
     CHECK(leasehold_client_metrics(NULL) == NULL);
     EXPECT_ERROR_MENTIONS("leasehold_client_metrics: invalid argument: client is NULL");
+    CHECK(leasehold_client_retries(NULL) == 0);
+    EXPECT_ERROR_MENTIONS("leasehold_client_retries: invalid argument: client is NULL");
 }
 
 int main(void) {
@@ -132,6 +152,7 @@ int main(void) {
     null_arguments();
     counts_a_scripted_sequence(url);
     clients_count_apart(url);
+    retries_read_alone(url);
     printf("stats: ok\n");
     return 0;
 }

@@ -141,6 +141,8 @@ void leasehold_lease_detach(struct leasehold_lease *lease);
 
 const char *leasehold_client_stats_json(const struct leasehold_client *client);
 
+uint64_t leasehold_client_retries(const struct leasehold_client *client);
+
 const char *leasehold_client_metrics(const struct leasehold_client *client);
 
 enum leasehold_status leasehold_once_lock(const struct leasehold_client *client,

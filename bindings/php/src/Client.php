@@ -344,6 +344,15 @@ final class Client implements ClientInterface
         return $this->library;
     }
 
+    /**
+     * @internal the `retries` counter of stats(), read alone (no JSON): Lock reads it around each acquire when it
+     * reports events, so a logger costs two plain calls per acquire, not two snapshots of every counter
+     */
+    public function retriesSoFar(): int
+    {
+        return (int) $this->library->ffi()->leasehold_client_retries($this->handle());
+    }
+
     /** @internal the C handle, for Lock */
     public function handle(): \FFI\CData
     {

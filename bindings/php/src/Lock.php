@@ -516,14 +516,14 @@ final class Lock implements LockInterface
         return $status === Library::OK;
     }
 
-    /** The client's retry count, read only when someone listens for retry events (it costs a stats() call). */
+    /** The client's retry count, read only when someone listens for retry events (one plain call into the library). */
     private function retriesSoFar(): ?int
     {
         if ($this->events === null) {
             return null;
         }
         try {
-            return (int) ($this->client->stats()['retries'] ?? 0);
+            return $this->client->retriesSoFar();
         } catch (\Throwable) {
             return null;
         }

@@ -320,6 +320,12 @@ impl Client {
         self.stats.snapshot()
     }
 
+    /// The `retries` counter of [`Client::stats`], read alone: a caller that reports the retries
+    /// of each acquire reads it before and after, without a snapshot of every counter.
+    pub fn retries(&self) -> u64 {
+        self.stats.retries_total()
+    }
+
     /// The counters in the Prometheus text format, labelled with the backend and the key prefix
     /// (never a key or a secret), ready to serve on `/metrics`.
     pub fn prometheus(&self) -> String {

@@ -165,6 +165,10 @@ impl Stats {
         }
     }
 
+    pub(crate) fn retries_total(&self) -> u64 {
+        self.retries.load(Relaxed)
+    }
+
     pub(crate) fn retries(&self, n: u64) {
         if self.enabled && n > 0 {
             self.retries.fetch_add(n, Relaxed);

@@ -32,7 +32,9 @@ pub use lease::{
     leasehold_lease_keep_alive, leasehold_lease_keep_alive_status, leasehold_lease_release,
     leasehold_lease_remaining_ms, leasehold_lease_token,
 };
-pub use metrics::{leasehold_client_metrics, leasehold_client_stats_json};
+pub use metrics::{
+    leasehold_client_metrics, leasehold_client_retries, leasehold_client_stats_json,
+};
 pub use status::leasehold_status;
 
 use std::ffi::c_char;

@@ -45,6 +45,21 @@ pub unsafe extern "C" fn leasehold_client_stats_json(
     })
 }
 
+/// The `retries` member of `leasehold_client_stats_json` (extra attempts inside waits and
+/// multi-node rounds, so far), read alone: a caller that reports the retries of each acquire reads
+/// it before and after the acquire, without building and parsing the JSON of every counter. 0 for
+/// a NULL `client` (with `leasehold_last_error()` set), and in a fork() child if reconnecting
+/// fails, where the counts start from zero anyway. Makes no network call. Thread-safe.
+///
+/// # Safety
+/// `client` is NULL or a live client.
+#[no_mangle]
+pub unsafe extern "C" fn leasehold_client_retries(client: *const leasehold_client) -> u64 {
+    boundary::value("leasehold_client_retries", 0, || {
+        Ok(current(client)?.retries())
+    })
+}
+
 /// The same counters in the Prometheus text exposition format (version 0.0.4), ready to serve as
 /// the body of a `/metrics` response (`Content-Type: text/plain; version=0.0.4`): counters named
 /// `leasehold_<counter>_total`, `leasehold_errors_total{kind="…"}`, and histograms
