@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Rust benchmark suite (issue 16) in one command, from the repository root or anywhere:
+# The Rust benchmark suite in one command, from the repository root or anywhere:
 #
 #   scripts/bench.sh            # about 5 minutes after the release build
 #   PERF_SECS=10 scripts/bench.sh   # longer handoff and load rows
@@ -7,9 +7,10 @@
 # Builds in release, runs `cargo bench` of every backend crate (criterion: each figure and its floor in
 # the same run), then examples/perf_run.rs (handoff across processes, `leasehold bench` under load next
 # to redis-benchmark), then examples/perf_report.rs, which writes docs/perf/rust.md, the README's
-# block between <!-- perf:rust:begin --> and <!-- perf:rust:end -->, and the data of docs/perf/rust.png
-# (drawn by gnuplot, installed with apt-get when missing). Every server is started by the suite itself
-# on free loopback ports; one that cannot start fails the run.
+# block between <!-- perf:rust:begin --> and <!-- perf:rust:end -->, and the chart docs/perf/rust.svg.
+# The report draws the chart itself (the plotters crate's SVG backend), so no plotting program or font
+# package has to be installed. Every server is started by the suite itself on free loopback ports; one
+# that cannot start fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,14 +24,6 @@ need redis-server "install redis-server (Debian: apt-get install redis-server)"
 need redis-benchmark "install redis-tools (Debian: apt-get install redis-tools)"
 # The MySQL bench starts its own MariaDB (mariadb-install-db, then mariadbd from /usr/sbin).
 need mariadb-install-db "install mariadb-server (Debian: apt-get install mariadb-server)"
-if ! command -v gnuplot >/dev/null 2>&1; then
-    echo "bench.sh: installing gnuplot (for docs/perf/rust.png)" >&2
-    sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq gnuplot-nox >/dev/null
-    need gnuplot "apt-get install gnuplot-nox failed"
-fi
 
 # How busy the machine was goes into the report.
 PERF_LOAD_START="$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
@@ -51,6 +44,5 @@ LEASEHOLD_BIN=target/release/leasehold target/release/examples/perf_run "$out/cu
 
 echo "== report" >&2
 PERF_WHEN="$(date -u '+%Y-%m-%d %H:%M UTC')" \
-    target/release/examples/perf_report "$out/custom.json" "$out/chart.dat"
-gnuplot -e "data='$out/chart.dat'; out='docs/perf/rust.png'" docs/perf/rust.gp
-echo "bench.sh: wrote docs/perf/rust.md, docs/perf/rust.png and README.md's performance block" >&2
+    target/release/examples/perf_report "$out/custom.json" docs/perf/rust.svg
+echo "bench.sh: wrote docs/perf/rust.md, docs/perf/rust.svg and README.md's performance block" >&2
