@@ -10,7 +10,9 @@
 # block between <!-- perf:rust:begin --> and <!-- perf:rust:end -->, and the chart docs/perf/rust.svg.
 # The report draws the chart itself (the plotters crate's SVG backend), so no plotting program or font
 # package has to be installed. Every server is started by the suite itself on free loopback ports; one
-# that cannot start fails the run.
+# that cannot start fails the run. Last, bindings/php/benchmarks/fpm.php measures a real php-fpm pool
+# (a worker's memory after its first lock, the first lock of a request beside a warm one) into
+# docs/perf/php-fpm.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,17 +26,19 @@ need redis-server "install redis-server (Debian: apt-get install redis-server)"
 need redis-benchmark "install redis-tools (Debian: apt-get install redis-tools)"
 # The MySQL bench starts its own MariaDB (mariadb-install-db, then mariadbd from /usr/sbin).
 need mariadb-install-db "install mariadb-server (Debian: apt-get install mariadb-server)"
+need php "install php-cli and php-fpm (Debian: apt-get install php-cli php-fpm)"
 
 # How busy the machine was goes into the report.
 PERF_LOAD_START="$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
 export PERF_LOAD_START
 export CRITERION_HOME="$PWD/target/criterion"
 # Figures of an earlier run must not reach the report if a bench is skipped this time.
-rm -rf "$CRITERION_HOME"/{redis,redlock5,topology,postgres,mysql,local} "$out"
+rm -rf "$CRITERION_HOME"/{redis,redlock5,topology,growth,postgres,mysql,local} "$out"
 mkdir -p "$out" docs/perf
 
 echo "== build (release)" >&2
 cargo build --release --locked -p leasehold-cli --bin leasehold -p leasehold --example perf_run --example perf_report
+cargo build --release --locked -p leasehold-ffi
 
 echo "== cargo bench (criterion)" >&2
 cargo bench --locked -p leasehold-redis -p leasehold-postgres -p leasehold-mysql -p leasehold-local --bench cycle
@@ -45,4 +49,7 @@ LEASEHOLD_BIN=target/release/leasehold target/release/examples/perf_run "$out/cu
 echo "== report" >&2
 PERF_WHEN="$(date -u '+%Y-%m-%d %H:%M UTC')" \
     target/release/examples/perf_report "$out/custom.json" docs/perf/rust.svg
-echo "bench.sh: wrote docs/perf/rust.md, docs/perf/rust.svg and README.md's performance block" >&2
+
+echo "== php-fpm (bindings/php/benchmarks/fpm.php)" >&2
+LEASEHOLD_LIBRARY="$PWD/target/release/libleasehold.so" php bindings/php/benchmarks/fpm.php
+echo "bench.sh: wrote docs/perf/rust.md, docs/perf/rust.svg, docs/perf/php-fpm.md and README.md's performance block" >&2
