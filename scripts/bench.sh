@@ -3,6 +3,7 @@
 #
 #   scripts/bench.sh            # about 5 minutes after the release build
 #   PERF_SECS=10 scripts/bench.sh   # longer handoff and load rows
+#   PERF_PIN=1 scripts/bench.sh     # the criterion benches pinned to CPU 0 with their servers
 #
 # Builds in release, runs `cargo bench` of every backend crate (criterion: each figure and its floor in
 # the same run), then examples/perf_run.rs (handoff across processes, `leasehold bench` under load next
@@ -41,7 +42,11 @@ cargo build --release --locked -p leasehold-cli --bin leasehold -p leasehold --e
 cargo build --release --locked -p leasehold-ffi
 
 echo "== cargo bench (criterion)" >&2
-cargo bench --locked -p leasehold-redis -p leasehold-postgres -p leasehold-mysql -p leasehold-local --bench cycle
+# Pinned, a server never waits to be woken on another CPU (on a VM that wake-up is 100 µs and more,
+# and lands on some floors and not others): the ratios then compare the work done.
+pin=()
+if [ "${PERF_PIN:-0}" = 1 ]; then pin=(taskset -c 0); fi
+"${pin[@]}" cargo bench --locked -p leasehold-redis -p leasehold-postgres -p leasehold-mysql -p leasehold-local --bench cycle
 
 echo "== handoff and load (examples/perf_run.rs, ${secs} s per row)" >&2
 LEASEHOLD_BIN=target/release/leasehold target/release/examples/perf_run "$out/custom.json" "$secs"
