@@ -3,9 +3,9 @@
 //! cycle on a key whose record exists, in a private directory this bench makes.
 //!
 //! `target/criterion/local/fresh/new/estimates.json` is the figure, `paired.json` beside it the
-//! known-key cycle and the ratio (../leasehold-redis/benches/support/paired.rs, scripts/bench.sh).
+//! known-key cycle and the ratio (../leasehold-testkit/bench/paired.rs, scripts/bench.sh).
 
-#[path = "../../leasehold-redis/benches/support/paired.rs"]
+#[path = "../../leasehold-testkit/bench/paired.rs"]
 mod paired;
 
 use criterion::{criterion_group, criterion_main, Criterion};

@@ -7,7 +7,7 @@
 //!   trips (what a hand-written client would run);
 //! - `mysql/bare_pair`: that pair beside two prepared `SELECT 1` round trips, the protocol's own floor.
 //!
-//! Each figure is timed in alternation with its floor (../leasehold-redis/benches/support/paired.rs):
+//! Each figure is timed in alternation with its floor (../leasehold-testkit/bench/paired.rs):
 //! `target/criterion/mysql/<bench>/new/estimates.json` is the figure, `paired.json` beside it the
 //! floor and the ratio (see scripts/bench.sh).
 //!
@@ -15,7 +15,7 @@
 //! waits for its answer before the next one goes, so that is the cycle's round trips, written to
 //! `round_trips.json` beside `paired.json` (a time says how far from the floor; this says why).
 
-#[path = "../../leasehold-redis/benches/support/paired.rs"]
+#[path = "../../leasehold-testkit/bench/paired.rs"]
 mod paired;
 
 use criterion::{criterion_group, criterion_main, Criterion};

@@ -7,11 +7,11 @@
 //!   would run);
 //! - `postgres/bare_pair`: that pair beside two `SELECT 1` round trips, the protocol's own floor.
 //!
-//! Each figure is timed in alternation with its floor (../leasehold-redis/benches/support/paired.rs):
+//! Each figure is timed in alternation with its floor (../leasehold-testkit/bench/paired.rs):
 //! `target/criterion/postgres/<bench>/new/estimates.json` is the figure, `paired.json` beside it the
 //! floor and the ratio (see scripts/bench.sh).
 
-#[path = "../../leasehold-redis/benches/support/paired.rs"]
+#[path = "../../leasehold-testkit/bench/paired.rs"]
 mod paired;
 
 use criterion::{criterion_group, criterion_main, Criterion};
