@@ -354,6 +354,26 @@ macro_rules! plain {
     };
 }
 
+#[cfg(test)]
+impl Node {
+    /// A node on `server` with short timeouts, for this crate's unit tests.
+    pub(crate) fn for_test(server: &leasehold_testkit::RedisServer) -> Node {
+        let config = leasehold_core::Config::parse(&server.url()).unwrap();
+        let leasehold_core::BackendConfig::Redis {
+            server: address, ..
+        } = &config.backend
+        else {
+            unreachable!()
+        };
+        let settings = ConnectSettings {
+            connect_timeout: Duration::from_secs(1),
+            io_timeout: Duration::from_secs(1),
+            tls: None,
+        };
+        Node::connect(address, settings, 2, Default::default()).unwrap()
+    }
+}
+
 impl Node {
     /// Builds the pools and checks that the server answers (and accepts our credentials), so a dead
     /// host or a wrong password is reported here, within about the connect timeout.
@@ -1070,56 +1090,37 @@ mod tests {
         );
     }
 
+    /// An acquire resent with our token, as the single-node backend sends it.
+    fn acquire_again(node: &Node, keys: &RedisKeys, token: &Token, ttl: Ttl) -> Attempt {
+        let deadline = Deadline::after(Duration::from_secs(2));
+        let signal = Duration::from_secs(1);
+        node.acquire_via(
+            keys,
+            token,
+            ttl,
+            Mode::Try,
+            signal,
+            deadline,
+            Via::default(),
+        )
+        .map_err(Failure::into_error)
+        .unwrap()
+    }
+
     /// A single-node acquire resent with the same token (the first send ran, its reply was lost)
     /// counts as taken with the same fence, and its expiry restarts from the resend.
     #[test]
     fn an_acquire_resent_with_our_token_resets_the_expiry() {
         let server = leasehold_testkit::RedisServer::start();
-        let config = leasehold_core::Config::parse(&server.url()).unwrap();
-        let leasehold_core::BackendConfig::Redis {
-            server: address, ..
-        } = &config.backend
-        else {
-            unreachable!()
-        };
-        let settings = ConnectSettings {
-            connect_timeout: Duration::from_secs(1),
-            io_timeout: Duration::from_secs(1),
-            tls: None,
-        };
-        let node = Node::connect(address, settings, 2, Default::default()).unwrap();
+        let node = Node::for_test(&server);
         let key =
             leasehold_core::Key::new(leasehold_testkit::unique_key("resend").as_bytes()).unwrap();
         let keys = crate::keys::RedisKeys::new("leasehold:", &key);
         let token = leasehold_core::Token::generate().unwrap();
         let ttl = leasehold_core::Ttl::new(Duration::from_secs(10)).unwrap();
-        let deadline = || leasehold_core::Deadline::after(Duration::from_secs(2));
-        let signal = Duration::from_secs(1);
-        let first = node
-            .acquire_via(
-                &keys,
-                &token,
-                ttl,
-                Mode::Try,
-                signal,
-                deadline(),
-                Via::default(),
-            )
-            .map_err(Failure::into_error)
-            .unwrap();
+        let first = acquire_again(&node, &keys, &token, ttl);
         std::thread::sleep(Duration::from_millis(1200));
-        let again = node
-            .acquire_via(
-                &keys,
-                &token,
-                ttl,
-                Mode::Try,
-                signal,
-                deadline(),
-                Via::default(),
-            )
-            .map_err(Failure::into_error)
-            .unwrap();
+        let again = acquire_again(&node, &keys, &token, ttl);
         assert_eq!(first, again, "same lease, same fence");
         assert!(matches!(again, Attempt::Acquired(_)));
         let reply = server.command(&[b"PTTL", &keys.lock]);

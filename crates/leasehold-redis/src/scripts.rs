@@ -44,6 +44,10 @@
 //!   `r`, share fences `rf`) whose shares all expired: the key is freed, and `holder` with it.
 //! - `claim_now.lua`: the server's clock in ms, as `now`, for the claim scripts that check an
 //!   expiry.
+//! - `promote_check.lua`: the check of both promote scripts, after their own header has set `l`,
+//!   `f`, `r`, `token`, `granule` and `retention`: it returns `{-1, 0}` when the token holds
+//!   nothing and `{0, pttl}` while another live share is left, and otherwise leaves the new fence
+//!   in `fence` (the current one when the token holds the lock already: a promote sent again).
 //! - `claim_fence.lua`: the end of Redlock's claim scripts, once they found that the token
 //!   (`ARGV[1]`) holds the key on this node: draws the counter `F`'s next value, at least the fence
 //!   asked for (`ARGV[2]`), keeps it `ARGV[3]` ms, and leaves it in `fence`. A node whose counter
@@ -217,6 +221,8 @@ const SHARED_SETTLE: &str = concat!(
 const PROMOTE: &str = concat!(
     include_str!("lua/shared/prelude.lua"),
     include_str!("lua/promote.lua"),
+    include_str!("lua/shared/promote_check.lua"),
+    include_str!("lua/promote_switch.lua"),
 );
 
 /// KEYS: lock, queue, heartbeats, shares, share fences. ARGV: token, ttl ms, the lease's fence,
@@ -359,6 +365,8 @@ const REDLOCK_PERMIT_SETTLE: &str = concat!(
 const REDLOCK_PROMOTE: &str = concat!(
     include_str!("lua/shared/prelude.lua"),
     include_str!("lua/redlock_promote.lua"),
+    include_str!("lua/shared/promote_check.lua"),
+    include_str!("lua/redlock_promote_switch.lua"),
 );
 
 /// Redlock's demote on one node. KEYS: lock, shares, share fences, Redlock queue, Redlock

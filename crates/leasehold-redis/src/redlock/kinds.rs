@@ -330,19 +330,7 @@ mod tests {
     use super::*;
 
     fn node(server: &leasehold_testkit::RedisServer) -> Node {
-        let config = leasehold_core::Config::parse(&server.url()).unwrap();
-        let leasehold_core::BackendConfig::Redis {
-            server: address, ..
-        } = &config.backend
-        else {
-            unreachable!()
-        };
-        let settings = crate::ConnectSettings {
-            connect_timeout: Duration::from_secs(1),
-            io_timeout: Duration::from_secs(1),
-            tls: None,
-        };
-        Node::connect(address, settings, 2, Default::default()).unwrap()
+        Node::for_test(server)
     }
 
     fn deadline() -> Deadline {

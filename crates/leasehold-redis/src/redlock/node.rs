@@ -246,19 +246,7 @@ mod tests {
     #[test]
     fn a_node_still_holding_our_token_is_granted_with_a_fresh_expiry() {
         let server = leasehold_testkit::RedisServer::start();
-        let config = leasehold_core::Config::parse(&server.url()).unwrap();
-        let leasehold_core::BackendConfig::Redis {
-            server: address, ..
-        } = &config.backend
-        else {
-            unreachable!()
-        };
-        let settings = crate::ConnectSettings {
-            connect_timeout: Duration::from_secs(1),
-            io_timeout: Duration::from_secs(1),
-            tls: None,
-        };
-        let node = Node::connect(address, settings, 2, Default::default()).unwrap();
+        let node = Node::for_test(&server);
         let keys = RedlockKeys::new("p:", &Key::new(b"regrant").unwrap());
         // A stamped node, which grants (see `gate.rs`).
         server.command(&[b"HSET", &keys.gate, b"horizon", b"0"]);

@@ -1,0 +1,3 @@
+redis.call('DEL', r, rf)
+redis.call('SET', l, token, 'PX', ttl)
+return {1, fence}
