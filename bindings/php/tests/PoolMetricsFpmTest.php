@@ -150,7 +150,11 @@ final class PoolMetricsFpmTest extends LeaseholdTestCase
                 $sockets[] = FastCgi::send($address, self::app(), 'mode=' . $mode . '&key=' . ($first + $j));
             }
             foreach ($sockets as $socket) {
-                $response = FastCgi::receive($socket);
+                try {
+                    $response = FastCgi::receive($socket);
+                } catch (\RuntimeException $e) {
+                    throw new \RuntimeException($e->getMessage() . $this->logs(), 0, $e);
+                }
                 $json = json_decode($response['body'], true);
                 self::assertIsArray($json, $response['headers'] . $response['body'] . $response['stderr']
                     . $this->logs());
