@@ -260,6 +260,17 @@ impl RedlockBackend {
     }
 }
 
+/// The deadline of a give-back that runs on a node's worker: the caller's `calls`, or, for one
+/// that runs after the caller stopped listening (queued behind a slow call), a node call's bound of
+/// its own.
+fn late_call(calls: Deadline, connect: Duration, io: Duration) -> Deadline {
+    if calls.is_past() {
+        Deadline::for_call(connect, io)
+    } else {
+        calls
+    }
+}
+
 impl LockBackend for RedlockBackend {
     fn name(&self) -> &'static str {
         "redlock"
@@ -315,11 +326,7 @@ impl LockBackend for RedlockBackend {
             let call = move |_: usize, node: &Node| {
                 // A release that runs after the caller stopped listening (queued behind a slow
                 // call) still gets a node call's bound.
-                let deadline = if calls.is_past() {
-                    Deadline::for_call(connect, io)
-                } else {
-                    calls
-                };
+                let deadline = late_call(calls, connect, io);
                 kinds::settle(
                     node, &call_keys, &op, &token, None, true, signal_ttl, deadline,
                 )
@@ -372,9 +379,7 @@ impl LockBackend for RedlockBackend {
                 self.release_on(
                     &elsewhere, &keys, &op, token, expires, false, None, calls, None,
                 );
-                let valid_until = start
-                    .checked_add(ttl.as_duration().saturating_sub(ttl.drift()))
-                    .unwrap_or(start);
+                let valid_until = ttl.deadline_from(start);
                 if Instant::now() < valid_until {
                     lease.set_deadline(valid_until);
                     Ok(())

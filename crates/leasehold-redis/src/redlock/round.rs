@@ -5,7 +5,7 @@ use super::fence::{lift, plan, FencePlan};
 use super::kinds::{self, NodeOp};
 use super::node::{self, Answer, Queueing, RedlockKeys};
 use super::tally::{Taint, Tally};
-use super::{RedlockBackend, ANSWER_SLACK};
+use super::{late_call, RedlockBackend, ANSWER_SLACK};
 use crate::node::Node;
 use leasehold_core::wait::{held_elsewhere, other_size as other_size_error};
 use leasehold_core::{Deadline, Error, Key, RawLease, Result, Token, Ttl};
@@ -211,9 +211,7 @@ impl RedlockBackend {
                 .collect();
         }
         // The deadline of a lease granted now: where `ttl − elapsed − drift` reaches zero.
-        let valid_until = start
-            .checked_add(ttl.as_duration().saturating_sub(ttl.drift()))
-            .unwrap_or(start);
+        let valid_until = ttl.deadline_from(start);
         // Where our grants would lapse on the nodes anyway: a give-back is worth sending until then.
         let expires = start.checked_add(ttl.as_duration()).unwrap_or(start);
         let give_back = |which: &[usize], only_took, taint| {
@@ -413,11 +411,7 @@ impl RedlockBackend {
             if !took {
                 return Ok(false);
             }
-            let deadline = if calls.is_past() {
-                Deadline::for_call(connect, io)
-            } else {
-                calls
-            };
+            let deadline = late_call(calls, connect, io);
             let outcome =
                 kinds::settle(node, &keys, &op, &token, None, leave, signal_ttl, deadline);
             if outcome.is_err() {

@@ -23,7 +23,7 @@ use super::fanout::Timing;
 use super::gate;
 use super::round::lost;
 use super::tally::Tally;
-use super::RedlockBackend;
+use super::{late_call, RedlockBackend};
 use crate::kind_keys::SharedKeys;
 use crate::node::{millis, Node};
 use crate::redlock::kinds::NodeOp;
@@ -101,6 +101,11 @@ fn demote_on(
     Ok(done == 1)
 }
 
+/// Whether node `i` may hold this attempt's promote: it said so, or it never answered.
+fn took_or_unheard(granted: &[(usize, u64)], tally: &Tally, i: usize) -> bool {
+    granted.iter().any(|&(g, _)| g == i) || !tally.answered(i)
+}
+
 impl RedlockBackend {
     /// One promote attempt on every node (see the module docs).
     pub(super) fn promote(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
@@ -155,9 +160,7 @@ impl RedlockBackend {
             }
         }
         drop(replies);
-        let valid_until = start
-            .checked_add(ttl.as_duration().saturating_sub(ttl.drift()))
-            .unwrap_or(start);
+        let valid_until = ttl.deadline_from(start);
         let expires = start.checked_add(ttl.as_duration()).unwrap_or(start);
         let mut why = None;
         if granted.len() >= quorum && Instant::now() < valid_until {
@@ -186,8 +189,11 @@ impl RedlockBackend {
             }
         }
         let held = granted.len() + others.len();
+        let (heard, unheard): (Vec<usize>, Vec<usize>) = (0..n)
+            .filter(|&i| took_or_unheard(&granted, &tally, i))
+            .partition(|&i| tally.answered(i));
         self.undo_promote(
-            &keys, &shared, token, ttl, old_fence, &took, &granted, expires,
+            &keys, &shared, token, ttl, old_fence, &took, &heard, &unheard, expires,
         );
         if held >= quorum {
             let why = why.unwrap_or_else(|| held_elsewhere(&key).message().to_owned());
@@ -199,10 +205,10 @@ impl RedlockBackend {
         Err(tally.unavailable("promote"))
     }
 
-    /// Demotes back every node where this attempt promoted: waiting for those that said so (the
-    /// next attempt must find their share), and, without waiting, those that had not answered,
-    /// where the demote runs only if their promote (queued ahead on the same worker) went
-    /// through.
+    /// Demotes back every node where this attempt promoted: waiting for those that said so
+    /// (`heard`: the next attempt must find their share), and, without waiting, those that had not
+    /// answered (`unheard`), where the demote runs only if their promote (queued ahead on the same
+    /// worker) went through.
     #[allow(clippy::too_many_arguments)]
     fn undo_promote(
         &self,
@@ -212,36 +218,29 @@ impl RedlockBackend {
         ttl: Ttl,
         fence: u64,
         took: &Arc<Vec<AtomicBool>>,
-        heard: &[(usize, u64)],
+        heard: &[usize],
+        unheard: &[usize],
         expires: Instant,
     ) {
         let calls = self.call_deadline();
         let (connect, io) = (self.connect_timeout, self.io_timeout);
         let affinity = &keys.base.lock;
-        let undo = |which: Vec<usize>, wait: bool| {
+        let undo = |which: &[usize], wait: bool| {
             if which.is_empty() {
                 return;
             }
             let (keys, shared, took) = (keys.clone(), shared.clone(), took.clone());
             // Worth sending until the promote would have lapsed anyway.
             let timing = self.release_timing(expires, calls);
-            let mut replies = self.fanout.call(&which, affinity, timing, move |i, node| {
+            let mut replies = self.fanout.call(which, affinity, timing, move |i, node| {
                 if !took.get(i).is_some_and(|t| t.load(Ordering::Acquire)) {
                     return Ok(false);
                 }
-                let deadline = if calls.is_past() {
-                    Deadline::for_call(connect, io)
-                } else {
-                    calls
-                };
+                let deadline = late_call(calls, connect, io);
                 demote_on(node, &shared, &keys, &token, ttl, fence, deadline)
             });
             while wait && replies.next().is_some() {}
         };
-        let heard: Vec<usize> = heard.iter().map(|&(i, _)| i).collect();
-        let unheard: Vec<usize> = (0..self.fanout.len())
-            .filter(|i| !heard.contains(i))
-            .collect();
         undo(unheard, false);
         undo(heard, true);
     }
@@ -277,9 +276,7 @@ impl RedlockBackend {
             }
         }
         result?;
-        let valid_until = start
-            .checked_add(ttl.as_duration().saturating_sub(ttl.drift()))
-            .unwrap_or(start);
+        let valid_until = ttl.deadline_from(start);
         if Instant::now() >= valid_until {
             lease.expire();
             return Err(Error::Lost(format!(
