@@ -8,9 +8,10 @@ use crate::key::Key;
 use crate::kind::{LeaseKind, Permits, MAX_PERMITS};
 use crate::lease::Lease;
 use crate::raw_lease::RawLease;
+use crate::request::Request;
 use crate::stats::{self, Event, Stats, StatsSnapshot};
 use crate::token::Token;
-use crate::ttl::{check_wait, Ttl};
+use crate::ttl::Ttl;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -100,19 +101,19 @@ impl Client {
 
     /// One attempt; `NotAcquired` if someone else holds the key.
     pub fn try_acquire(&self, key: impl AsRef<[u8]>, ttl: Duration) -> Result<Lease> {
-        self.acquire_inner(key.as_ref(), Ok(LeaseKind::Exclusive), ttl, Duration::ZERO)
+        self.submit(Request::exclusive(key, ttl))
     }
 
     /// Waits up to `wait` for the key; `NotAcquired` when the wait runs out. Returns no later than
     /// `wait` plus one I/O timeout.
     pub fn acquire(&self, key: impl AsRef<[u8]>, ttl: Duration, wait: Duration) -> Result<Lease> {
-        self.acquire_inner(key.as_ref(), Ok(LeaseKind::Exclusive), ttl, wait)
+        self.submit(Request::exclusive(key, ttl).and_then(|r| r.waiting(wait)))
     }
 
     /// One attempt at a shared (read) lease: granted while no exclusive lease holds the key and no
     /// exclusive request waits for it; any number of shared leases may hold it at once.
     pub fn try_acquire_shared(&self, key: impl AsRef<[u8]>, ttl: Duration) -> Result<Lease> {
-        self.acquire_inner(key.as_ref(), Ok(LeaseKind::Shared), ttl, Duration::ZERO)
+        self.submit(Request::shared(key, ttl))
     }
 
     /// Waits up to `wait` for a shared lease.
@@ -122,7 +123,7 @@ impl Client {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Lease> {
-        self.acquire_inner(key.as_ref(), Ok(LeaseKind::Shared), ttl, wait)
+        self.submit(Request::shared(key, ttl).and_then(|r| r.waiting(wait)))
     }
 
     /// One attempt at one of `permits` (1 to 65535) permits of the semaphore `key`: granted while
@@ -134,8 +135,7 @@ impl Client {
         permits: u32,
         ttl: Duration,
     ) -> Result<Lease> {
-        let kind = Permits::new(permits).map(LeaseKind::Permit);
-        self.acquire_inner(key.as_ref(), kind, ttl, Duration::ZERO)
+        self.submit(Request::permit(key, permits, ttl))
     }
 
     /// Waits up to `wait` for a permit of the semaphore `key` (first come, first served).
@@ -146,34 +146,31 @@ impl Client {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Lease> {
-        let kind = Permits::new(permits).map(LeaseKind::Permit);
-        self.acquire_inner(key.as_ref(), kind, ttl, wait)
+        self.submit(Request::permit(key, permits, ttl).and_then(|r| r.waiting(wait)))
     }
 
-    fn acquire_inner(
-        &self,
-        key: &[u8],
-        kind: Result<LeaseKind>,
-        ttl: Duration,
-        wait: Duration,
-    ) -> Result<Lease> {
-        let checked = (|| {
-            let ttl = Ttl::new(ttl)?;
-            let held = held_for(ttl, self.lock_delay)?;
-            Ok((Key::new(key)?, kind?, ttl, held, check_wait(wait)?))
-        })();
-        let (key, kind, ttl, held, wait) =
-            checked.inspect_err(|e: &Error| self.stats.error(e.kind()))?;
+    /// Counts a request this client's methods could not build, or takes the one they built.
+    fn submit(&self, request: Result<Request>) -> Result<Lease> {
+        let request = request.inspect_err(|e| self.stats.error(e.kind()))?;
+        self.acquire_request(&request)
+    }
+
+    /// Takes what `request` asks for: one attempt, or a wait of up to its wait (ending early, with
+    /// `Interrupted`, on [`Client::interrupt`] and, unless switched off, SIGTERM and SIGINT). The
+    /// one path every acquire of every kind takes, from Rust and from C.
+    pub fn acquire_request(&self, request: &Request) -> Result<Lease> {
+        let (key, kind, ttl, wait) = (request.key(), request.kind(), request.ttl(), request.wait());
+        let held = held_for(ttl, self.lock_delay).inspect_err(|e| self.stats.error(e.kind()))?;
         self.stats.count(Event::AcquireAttempt);
         let retries_before = stats::retries_so_far();
         let sent = BootTime::now();
         let start = Instant::now();
         let result = match (kind, wait.is_zero()) {
-            (LeaseKind::Exclusive, true) => self.backend.try_acquire(&key, held),
-            (kind, true) => self.backend.try_acquire_as(&key, kind, held),
+            (LeaseKind::Exclusive, true) => self.backend.try_acquire(key, held),
+            (kind, true) => self.backend.try_acquire_as(key, kind, held),
             (kind, false) => {
                 let watch = Watch::new(Some(&self.interrupts), self.watch_signals);
-                self.backend.acquire_watched(&key, kind, held, wait, &watch)
+                self.backend.acquire_watched(key, kind, held, wait, &watch)
             }
         };
         let elapsed = start.elapsed();

@@ -35,7 +35,9 @@ impl Ttl {
     pub fn new(ttl: Duration) -> Result<Self> {
         if ttl > MAX_TTL {
             return Err(Error::invalid(format!(
-                "ttl of {ttl:?} is above the maximum of 7 days"
+                "ttl of {} ms is above the maximum of {} ms (7 days)",
+                ttl.as_millis(),
+                MAX_TTL.as_millis()
             )));
         }
         let ms = ttl.as_nanos().div_ceil(1_000_000) as u64;

@@ -5,7 +5,7 @@ use crate::handle::leasehold_client;
 use crate::lease::leasehold_lease;
 use crate::persistent;
 use crate::status::leasehold_status;
-use leasehold::{check_wait, Error, LeaseKind, Permits, Result, Ttl};
+use leasehold::{LeaseKind, Permits, Request, Result};
 use std::ffi::c_char;
 use std::sync::Arc;
 use std::time::Duration;
@@ -265,24 +265,13 @@ fn acquire(
 ) -> Result<()> {
     let out = boundary::out(lease_out, "lease_out")?;
     let handle = leasehold_client::live(client)?;
-    // Checked for NULL and 1 to 1024 bytes here, copied into a `Key` once, by the client.
+    // Checked for NULL and 1 to 1024 bytes here, before it is read; copied once, into the request.
     let key = boundary::key(key, key_len)?;
-    let kind = kind?;
-    // Validated before a fork() child reconnects, so a bad argument is reported as such.
-    let ttl = Ttl::from_millis(ttl_ms)?.as_duration();
-    let wait = wait_ms
-        .map(|ms| check_wait(Duration::from_millis(ms)))
-        .transpose()?;
-    let backend = handle.current()?;
-    let lease = match (kind, wait) {
-        (LeaseKind::Exclusive, None) => backend.try_acquire(key, ttl),
-        (LeaseKind::Exclusive, Some(wait)) => backend.acquire(key, ttl, wait),
-        (LeaseKind::Shared, None) => backend.try_acquire_shared(key, ttl),
-        (LeaseKind::Shared, Some(wait)) => backend.acquire_shared(key, ttl, wait),
-        (LeaseKind::Permit(p), None) => backend.try_acquire_permit(key, p.get(), ttl),
-        (LeaseKind::Permit(p), Some(wait)) => backend.acquire_permit(key, p.get(), ttl, wait),
-        (other, _) => return Err(Error::invalid(format!("{other} leases are not offered"))),
-    };
+    // The whole request is checked here, before a fork() child reconnects, so a bad argument is
+    // reported as such; nothing below checks it again.
+    let request = Request::new(key, kind?, Duration::from_millis(ttl_ms))?
+        .waiting(Duration::from_millis(wait_ms.unwrap_or(0)))?;
+    let lease = handle.current()?.acquire_request(&request);
     hand_out(out, handle, lease)
 }
 
