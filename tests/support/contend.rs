@@ -7,6 +7,7 @@
 
 #![allow(dead_code)]
 
+use leasehold_testkit::processes::{check_sections, monotonic_ns as now_ns, Section};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -30,16 +31,6 @@ pub struct Record {
     pub t2: u64,
     pub t3: u64,
     pub fence: u64,
-}
-
-pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into the timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 const ENV: &str = "LEASEHOLD_CONTEND";
@@ -212,20 +203,23 @@ impl Percentiles {
 
 pub fn analyze(records: &[Record], workers: usize, duration: Duration) -> Report {
     let mut per_worker = vec![0; workers];
-    let mut overlaps = 0;
-    let mut fence_regressions = 0;
     let mut handoffs = Vec::new();
     for r in records {
         per_worker[r.worker] += 1;
     }
+    // Held from getting the key (t1) until starting to release it (t2).
+    let sections: Vec<Section> = records
+        .iter()
+        .map(|r| Section {
+            enter: r.t1,
+            exit: r.t2,
+            fence: r.fence,
+            who: r.worker.to_string(),
+        })
+        .collect();
+    let check = check_sections(&sections);
     for pair in records.windows(2) {
         let (prev, next) = (pair[0], pair[1]);
-        if next.t1 < prev.t2 {
-            overlaps += 1;
-        }
-        if next.fence <= prev.fence {
-            fence_regressions += 1;
-        }
         // A handoff only where the next holder was already waiting when the previous one let go.
         if next.t0 < prev.t2 {
             handoffs.push(next.t1.saturating_sub(prev.t2));
@@ -234,8 +228,8 @@ pub fn analyze(records: &[Record], workers: usize, duration: Duration) -> Report
     Report {
         acquisitions: records.len(),
         per_worker,
-        overlaps,
-        fence_regressions,
+        overlaps: check.overlaps,
+        fence_regressions: check.fence_out_of_order,
         handoff: Percentiles::of(handoffs),
         wait: Percentiles::of(records.iter().map(|r| r.t1 - r.t0).collect()),
         cycles_per_sec: records.len() as f64 / duration.as_secs_f64(),

@@ -1,14 +1,12 @@
-//! Behaviour across real OS processes. Children are this test binary run again with
-//! `LEASEHOLD_LOCAL_CHILD` naming what to do (see `child_worker`); they report on stdout in lines
-//! starting with `@@ `.
+//! Behaviour across real OS processes. Workers are this test binary run again (see
+//! `child_worker`); they report on stdout.
 
 mod common;
 
 use common::{temp_dir, FileUrl};
 use leasehold_core::{Client, Config, ErrorKind};
 use leasehold_local::LocalBackend;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use leasehold_testkit::processes::{self, monotonic_ns, num, var, Worker};
 use std::time::{Duration, Instant};
 
 const LONG: Duration = Duration::from_secs(30);
@@ -17,87 +15,20 @@ fn client(url: &str) -> Client {
     Client::new(LocalBackend::open(&Config::parse(url).expect("url")).expect("open"))
 }
 
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec to write into.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// A child process that is killed if the test ends early, so a failing test never leaves a stopped
-/// or sleeping child behind.
-struct Kid(Child);
-
-impl Kid {
-    fn kill(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-
-    fn succeeded(&mut self) -> bool {
-        self.0.wait().map(|s| s.success()).unwrap_or(false)
-    }
-}
-
-impl Drop for Kid {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            self.kill();
-        }
-    }
-}
-
-fn spawn(mode: &str, url: &str, args: &[(&str, String)]) -> (Kid, BufReader<ChildStdout>) {
-    let mut cmd = Command::new(std::env::current_exe().expect("own path"));
-    cmd.args(["--exact", "child_worker", "--nocapture", "--test-threads=1"])
-        .env("LEASEHOLD_LOCAL_CHILD", mode)
-        .env("LEASEHOLD_LOCAL_URL", url)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped());
-    for (k, v) in args {
-        cmd.env(k, v);
-    }
-    let mut child = cmd.spawn().expect("spawn child");
-    let out = BufReader::new(child.stdout.take().expect("child stdout"));
-    (Kid(child), out)
-}
-
-/// The next `@@ ` line a child prints.
-fn report(out: &mut BufReader<ChildStdout>) -> String {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        let n = out.read_line(&mut line).expect("read child output");
-        assert!(n > 0, "child ended without reporting");
-        // libtest prints `test child_worker ... ` without a newline before the test's own output.
-        if let Some(at) = line.find("@@ ") {
-            return line[at + 3..].trim().to_owned();
-        }
-    }
-}
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_default()
-}
-
-/// Not a test of its own: the body of every child process. Without `LEASEHOLD_LOCAL_CHILD` it does
-/// nothing.
+/// Not a test of its own: the body of every worker process. Outside a worker it does nothing.
 #[test]
 fn child_worker() {
-    let Ok(mode) = std::env::var("LEASEHOLD_LOCAL_CHILD") else {
+    let Some(mode) = processes::worker_mode() else {
         return;
     };
-    let url = env("LEASEHOLD_LOCAL_URL");
-    let key = env("KEY");
+    let url = processes::worker_url();
+    let key = var("KEY");
     match mode.as_str() {
         // acquire / read-increment-write of a counter file / release, printing every fence
         "counter" => {
             let c = client(&url);
-            let path = env("COUNTER");
-            let cycles: usize = env("CYCLES").parse().expect("CYCLES");
+            let path = var("COUNTER");
+            let cycles = num("CYCLES") as usize;
             let mut fences = Vec::with_capacity(cycles);
             for _ in 0..cycles {
                 let lease = c
@@ -117,7 +48,7 @@ fn child_worker() {
         // take the key, report, then wait to be killed
         "hold" => {
             let c = client(&url);
-            let ttl = Duration::from_millis(env("TTL_MS").parse().expect("TTL_MS"));
+            let ttl = Duration::from_millis(num("TTL_MS"));
             let taken = monotonic_ns();
             let lease = c.try_acquire(&key, ttl).expect("child takes the key");
             println!("@@ {} {taken}", lease.fence());
@@ -134,7 +65,7 @@ fn child_worker() {
         // lock a record file with flock and stop, as a process stopped inside an operation would
         "flock-and-stop" => {
             use std::os::fd::AsRawFd;
-            let file = std::fs::File::open(env("FILE")).expect("record file");
+            let file = std::fs::File::open(var("FILE")).expect("record file");
             // SAFETY: plain syscalls on a descriptor we own.
             assert_eq!(unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) }, 0);
             println!("@@ locked");
@@ -144,13 +75,12 @@ fn child_worker() {
         // acquire in a loop for a while, reporting every wait
         "fair" => {
             let c = client(&url);
-            let hold = Duration::from_micros(env("HOLD_US").parse().expect("HOLD_US"));
+            let hold = Duration::from_micros(num("HOLD_US"));
             // Start together, or the first processes would have the key to themselves for a while.
             println!("@@ ready");
             let mut go = String::new();
             std::io::stdin().read_line(&mut go).expect("go signal");
-            let end =
-                Instant::now() + Duration::from_millis(env("RUN_MS").parse().expect("RUN_MS"));
+            let end = Instant::now() + Duration::from_millis(num("RUN_MS"));
             let mut waits = Vec::new();
             while Instant::now() < end {
                 let start = Instant::now();
@@ -173,9 +103,9 @@ fn four_processes_lose_no_increment() {
     let counter = dir.path().join("counter.txt");
     let key = "processes:counter".to_string();
     let cycles = 250;
-    let children: Vec<_> = (0..4)
+    let workers: Vec<_> = (0..4)
         .map(|_| {
-            spawn(
+            Worker::spawn(
                 "counter",
                 &dir.file_url(),
                 &[
@@ -187,8 +117,8 @@ fn four_processes_lose_no_increment() {
         })
         .collect();
     let mut fences = Vec::new();
-    for (mut child, mut out) in children {
-        let line = report(&mut out);
+    for mut worker in workers {
+        let line = worker.report();
         let mine: Vec<u64> = line
             .split_whitespace()
             .map(|f| f.parse().unwrap())
@@ -199,7 +129,7 @@ fn four_processes_lose_no_increment() {
             "fences increase in each process"
         );
         fences.extend(mine);
-        assert!(child.succeeded());
+        worker.finish();
     }
     let total: u64 = std::fs::read_to_string(&counter)
         .unwrap()
@@ -222,7 +152,7 @@ fn killed_holder_frees_the_key_after_its_ttl() {
     let url = dir.file_url();
     let key = "processes:killed".to_string();
     let ttl = Duration::from_millis(1500);
-    let (mut child, mut out) = spawn(
+    let mut worker = Worker::spawn(
         "hold",
         &url,
         &[
@@ -230,11 +160,11 @@ fn killed_holder_frees_the_key_after_its_ttl() {
             ("TTL_MS", ttl.as_millis().to_string()),
         ],
     );
-    let line = report(&mut out);
+    let line = worker.report();
     let mut parts = line.split_whitespace().map(|p| p.parse::<u64>().unwrap());
     let (child_fence, taken_ns) = (parts.next().unwrap(), parts.next().unwrap());
     let c = client(&url);
-    child.kill();
+    worker.kill();
     let since_taken = || Duration::from_nanos(monotonic_ns().saturating_sub(taken_ns));
     if since_taken() < ttl / 2 {
         let err = c.try_acquire(&key, LONG).unwrap_err();
@@ -264,12 +194,13 @@ fn a_held_key_stays_held_across_processes_when_the_bookkeeping_is_deleted() {
     let dir = temp_dir("local-two-holders-procs");
     let url = dir.file_url();
     let key = "processes:two-holders".to_string();
-    let (mut child, mut out) = spawn(
+    let mut worker = Worker::spawn(
         "hold",
         &url,
         &[("KEY", key.clone()), ("TTL_MS", "30000".into())],
     );
-    let child_fence: u64 = report(&mut out)
+    let child_fence: u64 = worker
+        .report()
         .split_whitespace()
         .next()
         .unwrap()
@@ -294,7 +225,7 @@ fn a_held_key_stays_held_across_processes_when_the_bookkeeping_is_deleted() {
         ),
         Err(e) => assert_eq!(e.kind(), ErrorKind::NotAcquired, "{e}"),
     }
-    child.kill();
+    worker.kill();
 }
 
 #[test]
@@ -306,19 +237,19 @@ fn waiter_in_another_process_gets_a_released_key_quickly() {
     let mut latencies = Vec::new();
     for _ in 0..5 {
         let lease = c.try_acquire(&key, LONG).unwrap();
-        let (mut child, mut out) = spawn("wait", &url, &[("KEY", key.clone())]);
-        assert_eq!(report(&mut out), "waiting");
+        let mut worker = Worker::spawn("wait", &url, &[("KEY", key.clone())]);
+        assert_eq!(worker.report(), "waiting");
         // Give the child time to queue and block.
         std::thread::sleep(Duration::from_millis(300));
         let fence = lease.fence();
         let released = monotonic_ns();
         lease.release().unwrap();
-        let line = report(&mut out);
+        let line = worker.report();
         let mut parts = line.split_whitespace().map(|p| p.parse::<u64>().unwrap());
         let (got, child_fence) = (parts.next().unwrap(), parts.next().unwrap());
         assert!(child_fence > fence);
         latencies.push(Duration::from_nanos(got.saturating_sub(released)));
-        assert!(child.succeeded());
+        worker.finish();
     }
     latencies.sort();
     eprintln!("cross-process handoff latencies: {latencies:?}");
@@ -342,12 +273,12 @@ fn stopped_process_holding_the_flock_gives_unavailable_not_a_hang() {
         .forget();
     std::thread::sleep(Duration::from_millis(5));
     let record = record_files(dir.path()).pop().expect("a record file");
-    let (mut child, mut out) = spawn(
+    let mut worker = Worker::spawn(
         "flock-and-stop",
         &url,
         &[("FILE", record.display().to_string())],
     );
-    assert_eq!(report(&mut out), "locked");
+    assert_eq!(worker.report(), "locked");
 
     let start = Instant::now();
     let err = c.try_acquire(key, LONG).unwrap_err();
@@ -370,7 +301,7 @@ fn stopped_process_holding_the_flock_gives_unavailable_not_a_hang() {
     );
     assert_eq!(c.inspect(key).unwrap_err().kind(), ErrorKind::Unavailable);
 
-    child.kill();
+    worker.kill();
     c.try_acquire(key, LONG)
         .expect("works again once the process is gone")
         .release()
@@ -384,10 +315,10 @@ fn dead_waiter_does_not_block_the_queue() {
     let key = "processes:dead-waiter".to_string();
     let c = client(&url);
     let lease = c.try_acquire(&key, LONG).unwrap();
-    let (mut child, mut out) = spawn("wait", &url, &[("KEY", key.clone())]);
-    assert_eq!(report(&mut out), "waiting");
+    let mut worker = Worker::spawn("wait", &url, &[("KEY", key.clone())]);
+    assert_eq!(worker.report(), "waiting");
     std::thread::sleep(Duration::from_millis(300)); // the child is queued now
-    child.kill();
+    worker.kill();
     lease.release().unwrap();
     let start = Instant::now();
     let next = c
@@ -405,20 +336,18 @@ fn a_waiter_stopped_too_long_loses_its_place_but_still_gets_the_key() {
     let key = "processes:stopped-waiter".to_string();
     let c = client(&url);
     let lease = c.try_acquire(&key, LONG).unwrap();
-    let (mut child, mut out) = spawn("wait", &url, &[("KEY", key.clone())]);
-    assert_eq!(report(&mut out), "waiting");
+    let mut worker = Worker::spawn("wait", &url, &[("KEY", key.clone())]);
+    assert_eq!(worker.report(), "waiting");
     std::thread::sleep(Duration::from_millis(300)); // queued
-    let pid = child.0.id() as libc::pid_t;
     let record = record_files(dir.path()).pop().expect("a record file");
     for _ in 0..50 {
-        // SAFETY: signals to our own child process.
-        unsafe { libc::kill(pid, libc::SIGSTOP) };
+        worker.signal(libc::SIGSTOP);
         std::thread::sleep(Duration::from_millis(20));
         if !flock_is_held(&record) {
             break;
         }
         // Stopped inside its few microseconds under the flock: let it finish and stop it again.
-        unsafe { libc::kill(pid, libc::SIGCONT) };
+        worker.signal(libc::SIGCONT);
         std::thread::sleep(Duration::from_millis(5));
     }
     assert!(!flock_is_held(&record));
@@ -430,14 +359,14 @@ fn a_waiter_stopped_too_long_loses_its_place_but_still_gets_the_key() {
         .try_acquire(&key, LONG)
         .expect("a stopped waiter does not keep the key from others");
     meanwhile.release().unwrap();
-    unsafe { libc::kill(pid, libc::SIGCONT) };
-    let line = report(&mut out);
+    worker.signal(libc::SIGCONT);
+    let line = worker.report();
     let child_fence: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
     assert!(
         child_fence > fence + 1,
         "the resumed waiter queued again and got the key"
     );
-    assert!(child.succeeded());
+    worker.finish();
 }
 
 #[test]
@@ -445,9 +374,9 @@ fn eight_processes_share_the_key_fairly() {
     let dir = temp_dir("local-fair");
     let url = dir.file_url();
     let key = "processes:fair".to_string();
-    let children: Vec<_> = (0..8)
+    let mut workers: Vec<_> = (0..8)
         .map(|_| {
-            spawn(
+            Worker::spawn(
                 "fair",
                 &url,
                 &[
@@ -458,28 +387,23 @@ fn eight_processes_share_the_key_fairly() {
             )
         })
         .collect();
-    let mut children: Vec<_> = children
-        .into_iter()
-        .map(|(child, mut out)| {
-            assert_eq!(report(&mut out), "ready");
-            (child, out)
-        })
-        .collect();
-    for (child, _) in &mut children {
-        let stdin = child.0.stdin.as_mut().expect("child stdin");
-        stdin.write_all(b"go\n").expect("send go");
-        stdin.flush().expect("send go");
+    for worker in &mut workers {
+        assert_eq!(worker.report(), "ready");
+    }
+    for worker in &mut workers {
+        worker.say("go");
     }
     let mut counts = Vec::new();
     let mut all = Vec::new();
-    for (mut child, mut out) in children {
-        let waits: Vec<u64> = report(&mut out)
+    for mut worker in workers {
+        let waits: Vec<u64> = worker
+            .report()
             .split_whitespace()
             .map(|w| w.parse().unwrap())
             .collect();
         counts.push(waits.len());
         all.extend(waits);
-        assert!(child.succeeded());
+        worker.finish();
     }
     all.sort();
     let median = all[all.len() / 2];

@@ -1,18 +1,16 @@
 //! Shared locks and semaphores across real OS processes, in both PostgreSQL modes, and the
-//! cycle time of each kind. Children are this test binary run again with `LEASEHOLD_PG_KINDS_CHILD`
-//! naming what to do (see `child_worker`); they count what they see in a page of shared memory (a
-//! file mapped `MAP_SHARED` by every process) and report on stdout in lines starting with `@@ `.
+//! cycle time of each kind. Workers are this test binary run again (see `child_worker`); they count
+//! what they see in counters every process maps, and report on stdout.
 
 use leasehold_core::{Client, Config, ErrorKind};
 use leasehold_postgres::PostgresBackend;
-use leasehold_testkit::{unique_key, PostgresServer};
-use std::io::{BufRead, BufReader};
-use std::os::fd::AsRawFd;
-use std::path::Path;
-use std::process::{Child, ChildStdout, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use leasehold_testkit::processes::{
+    self, num, spin, var, Counters, Worker, CYCLES_DONE, ENTERS, INSIDE, MOST, OVERLAPS, STOP,
+    WRITERS,
+};
+use leasehold_testkit::{unique_key, PostgresServer, TempDir};
+use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
-use tempfile::TempDir;
 
 const LONG: Duration = Duration::from_secs(30);
 const ADVISORY: &str = "lock=advisory";
@@ -29,154 +27,34 @@ fn url(query: &str) -> String {
     PostgresServer::shared().url_with(&format!("{query}&io_timeout_ms=5000"))
 }
 
-/// Counters shared by every process that maps the same file.
-struct Shared {
-    ptr: *mut AtomicU64,
-}
-
-/// Slots of [`Shared`].
-const INSIDE: usize = 0; // holders (or readers) inside now
-const MOST: usize = 1; // most inside at once
-const CYCLES: usize = 2; // cycles completed
-const WRITERS: usize = 3; // writers inside now
-const OVERLAPS: usize = 4; // times someone found a writer beside it
-const STOP: usize = 5; // set by the parent: readers stop
-const ENTERS: usize = 6; // times anyone got in
-
-impl Shared {
-    fn map(path: &Path) -> Shared {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .expect("shared counter file");
-        file.set_len(4096).expect("size the counter file");
-        // SAFETY: a fresh shared mapping of a 4096-byte file we keep open for the call; the mapping
-        // outlives the descriptor and is never unmapped (the process ends first).
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                4096,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        assert_ne!(ptr, libc::MAP_FAILED, "mmap");
-        Shared { ptr: ptr.cast() }
-    }
-
-    fn at(&self, i: usize) -> &AtomicU64 {
-        assert!(i < 512);
-        // SAFETY: within the page mapped above, 8-byte aligned (page-aligned base); AtomicU64 has
-        // the layout of u64 and the page is only ever accessed atomically.
-        unsafe { &*self.ptr.add(i) }
-    }
-
-    fn get(&self, i: usize) -> u64 {
-        self.at(i).load(SeqCst)
-    }
-}
-
-/// A child process that is killed if the test ends early.
-struct Kid(Child);
-
-impl Kid {
-    fn succeeded(&mut self) -> bool {
-        self.0.wait().map(|s| s.success()).unwrap_or(false)
-    }
-}
-
-impl Drop for Kid {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
-fn spawn(mode: &str, url: &str, args: &[(&str, String)]) -> (Kid, BufReader<ChildStdout>) {
-    let mut cmd = Command::new(std::env::current_exe().expect("own path"));
-    cmd.args(["--exact", "child_worker", "--nocapture", "--test-threads=1"])
-        .env("LEASEHOLD_PG_KINDS_CHILD", mode)
-        .env("LEASEHOLD_KINDS_URL", url)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped());
-    for (k, v) in args {
-        cmd.env(k, v);
-    }
-    let mut child = cmd.spawn().expect("spawn child");
-    let out = BufReader::new(child.stdout.take().expect("child stdout"));
-    (Kid(child), out)
-}
-
-/// The next `@@ ` line a child prints.
-fn report(out: &mut BufReader<ChildStdout>) -> String {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        let n = out.read_line(&mut line).expect("read child output");
-        assert!(n > 0, "child ended without reporting");
-        if let Some(at) = line.find("@@ ") {
-            return line[at + 3..].trim().to_owned();
-        }
-    }
-}
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_default()
-}
-
-fn num(name: &str) -> u64 {
-    env(name).parse().unwrap_or_else(|_| panic!("{name}"))
-}
-
-/// Busy for `us` microseconds: the holder stays inside, on the CPU, so overlaps would show.
-fn spin(us: u64) {
-    let end = Instant::now() + Duration::from_micros(us);
-    while Instant::now() < end {
-        std::hint::spin_loop();
-    }
-}
-
-fn enter(shared: &Shared) {
-    shared.at(ENTERS).fetch_add(1, SeqCst);
-    let now = shared.at(INSIDE).fetch_add(1, SeqCst) + 1;
-    shared.at(MOST).fetch_max(now, SeqCst);
-}
-
-/// Not a test of its own: the body of every child process. Without `LEASEHOLD_PG_KINDS_CHILD` it does
-/// nothing.
+/// Not a test of its own: the body of every worker process. Outside a worker it does nothing.
 #[test]
 fn child_worker() {
-    let Ok(mode) = std::env::var("LEASEHOLD_PG_KINDS_CHILD") else {
+    let Some(mode) = processes::worker_mode() else {
         return;
     };
-    let c = client_of(&env("LEASEHOLD_KINDS_URL"));
-    let key = env("KEY");
-    let shared = Shared::map(Path::new(&env("SHARED")));
+    let c = client_of(&processes::worker_url());
+    let key = var("KEY");
     match mode.as_str() {
         // CYCLES permits of a semaphore of PERMITS, each held HOLD_US
         "permit" => {
+            let shared = Counters::open(var("SHARED").as_ref());
             let permits = num("PERMITS") as u32;
             for _ in 0..num("CYCLES") {
                 let p = c
                     .acquire_permit(&key, permits, LONG, Duration::from_secs(60))
                     .expect("a permit within the wait");
-                enter(&shared);
-                spin(num("HOLD_US"));
-                shared.at(INSIDE).fetch_sub(1, SeqCst);
+                shared.enter();
+                spin(Duration::from_micros(num("HOLD_US")));
+                shared.leave();
                 p.release().expect("release the permit");
-                shared.at(CYCLES).fetch_add(1, SeqCst);
+                shared.at(CYCLES_DONE).fetch_add(1, SeqCst);
             }
             println!("@@ done");
         }
         // CYCLES shared or exclusive leases (WRITER=1), each checking nobody overlaps a writer
         "rw" => {
+            let shared = Counters::open(var("SHARED").as_ref());
             let writer = num("WRITER") == 1;
             for _ in 0..num("CYCLES") {
                 if writer {
@@ -187,37 +65,38 @@ fn child_worker() {
                     if others != 0 || shared.get(INSIDE) != 0 {
                         shared.at(OVERLAPS).fetch_add(1, SeqCst);
                     }
-                    spin(num("HOLD_US"));
+                    spin(Duration::from_micros(num("HOLD_US")));
                     shared.at(WRITERS).fetch_sub(1, SeqCst);
                     w.release().expect("writer release");
                 } else {
                     let r = c
                         .acquire_shared(&key, LONG, Duration::from_secs(60))
                         .expect("reader");
-                    enter(&shared);
+                    shared.enter();
                     if shared.get(WRITERS) != 0 {
                         shared.at(OVERLAPS).fetch_add(1, SeqCst);
                     }
-                    spin(num("HOLD_US"));
-                    shared.at(INSIDE).fetch_sub(1, SeqCst);
+                    spin(Duration::from_micros(num("HOLD_US")));
+                    shared.leave();
                     r.release().expect("reader release");
                 }
-                shared.at(CYCLES).fetch_add(1, SeqCst);
+                shared.at(CYCLES_DONE).fetch_add(1, SeqCst);
             }
             println!("@@ done");
         }
         // shared leases held HOLD_MS each, back to back, until the parent sets STOP
         "reader-stream" => {
+            let shared = Counters::open(var("SHARED").as_ref());
             println!("@@ reading");
             while shared.get(STOP) == 0 {
                 let r = c
                     .acquire_shared(&key, LONG, Duration::from_secs(20))
                     .expect("reader");
-                enter(&shared);
+                shared.enter();
                 std::thread::sleep(Duration::from_millis(num("HOLD_MS")));
-                shared.at(INSIDE).fetch_sub(1, SeqCst);
+                shared.leave();
                 r.release().expect("reader release");
-                shared.at(CYCLES).fetch_add(1, SeqCst);
+                shared.at(CYCLES_DONE).fetch_add(1, SeqCst);
             }
             println!("@@ done");
         }
@@ -237,9 +116,9 @@ fn child_worker() {
 /// PROCS processes x CYCLES cycles on a semaphore of 3: never a 4th holder, no cycle lost, and
 /// the permits really are shared (3 inside at once at some point).
 fn semaphore_in_processes(query: &str, procs: usize, cycles: u64) {
-    let dir = temp_dir("pg-kinds-semaphore");
+    let dir = TempDir::new("pg-kinds-semaphore");
     let counters = dir.path().join("counters");
-    let shared = Shared::map(&counters);
+    let shared = Counters::create(&counters);
     let key = unique_key("sem-procs");
     let args = [
         ("KEY", key.clone()),
@@ -251,12 +130,14 @@ fn semaphore_in_processes(query: &str, procs: usize, cycles: u64) {
     ];
     let url = url(query);
     let started = Instant::now();
-    let mut kids: Vec<_> = (0..procs).map(|_| spawn("permit", &url, &args)).collect();
-    for (kid, out) in &mut kids {
-        assert_eq!(report(out), "done");
-        assert!(kid.succeeded());
+    let mut workers: Vec<_> = (0..procs)
+        .map(|_| Worker::spawn("permit", &url, &args))
+        .collect();
+    for worker in &mut workers {
+        assert_eq!(worker.report(), "done");
+        worker.finish();
     }
-    let (most, done) = (shared.get(MOST), shared.get(CYCLES));
+    let (most, done) = (shared.get(MOST), shared.get(CYCLES_DONE));
     eprintln!(
         "{query}: {procs} processes x {cycles} permits of 3: {:?}, at most {most} inside",
         started.elapsed()
@@ -281,9 +162,9 @@ fn table_eight_processes_on_a_semaphore_of_3_never_see_a_4th_holder() {
 /// 4 reader and 2 writer processes: readers share the key, nobody is ever inside beside a
 /// writer, and every cycle completes.
 fn readers_and_writers(query: &str) {
-    let dir = temp_dir("pg-kinds-rw");
+    let dir = TempDir::new("pg-kinds-rw");
     let counters = dir.path().join("counters");
-    let shared = Shared::map(&counters);
+    let shared = Counters::create(&counters);
     let key = unique_key("rw-procs");
     let common = |writer: bool| {
         vec![
@@ -295,19 +176,19 @@ fn readers_and_writers(query: &str) {
         ]
     };
     let url = url(query);
-    let mut kids: Vec<_> = (0..6)
-        .map(|i| spawn("rw", &url, &common(i % 3 == 0)))
+    let mut workers: Vec<_> = (0..6)
+        .map(|i| Worker::spawn("rw", &url, &common(i % 3 == 0)))
         .collect();
-    for (kid, out) in &mut kids {
-        assert_eq!(report(out), "done");
-        assert!(kid.succeeded());
+    for worker in &mut workers {
+        assert_eq!(worker.report(), "done");
+        worker.finish();
     }
     assert_eq!(
         shared.get(OVERLAPS),
         0,
         "someone was inside beside a writer"
     );
-    assert_eq!(shared.get(CYCLES), 2 * 40 + 4 * 100, "cycles lost");
+    assert_eq!(shared.get(CYCLES_DONE), 2 * 40 + 4 * 100, "cycles lost");
     assert!(
         shared.get(MOST) >= 2,
         "readers never shared the key (at most {} at once)",
@@ -328,9 +209,9 @@ fn table_readers_and_writers_in_processes_never_overlap_a_writer() {
 /// Readers in 4 processes keep the key shared without a gap (each holds 30 ms, back to back); a
 /// writer still gets in within a bounded time, because readers that come after it wait behind it.
 fn writer_under_reader_stream(query: &str) {
-    let dir = temp_dir("pg-kinds-stream");
+    let dir = TempDir::new("pg-kinds-stream");
     let counters = dir.path().join("counters");
-    let shared = Shared::map(&counters);
+    let shared = Counters::create(&counters);
     let key = unique_key("stream-procs");
     let args = [
         ("KEY", key.clone()),
@@ -338,11 +219,11 @@ fn writer_under_reader_stream(query: &str) {
         ("HOLD_MS", "30".to_owned()),
     ];
     let url = url(query);
-    let mut kids: Vec<_> = (0..4)
-        .map(|_| spawn("reader-stream", &url, &args))
+    let mut workers: Vec<_> = (0..4)
+        .map(|_| Worker::spawn("reader-stream", &url, &args))
         .collect();
-    for (_, out) in &mut kids {
-        assert_eq!(report(out), "reading");
+    for worker in &mut workers {
+        assert_eq!(worker.report(), "reading");
     }
     let c = client_of(&url);
     let start = Instant::now();
@@ -368,9 +249,9 @@ fn writer_under_reader_stream(query: &str) {
     let cycles_while_held = shared.get(ENTERS) - cycles_before;
     w.release().unwrap();
     shared.at(STOP).store(1, SeqCst);
-    for (kid, out) in &mut kids {
-        assert_eq!(report(out), "done");
-        assert!(kid.succeeded());
+    for worker in &mut workers {
+        assert_eq!(worker.report(), "done");
+        worker.finish();
     }
     eprintln!("{query}: writer waited {waited:?} under 4 reader processes");
     assert_eq!(readers_inside, 0, "a reader was inside with the writer");
@@ -397,29 +278,23 @@ fn table_a_writer_gets_in_under_a_continuous_stream_of_readers() {
 /// A SIGKILLed process's permit comes back: in table mode after its TTL (the row counts until
 /// then), in advisory mode as soon as the server sees the connection close (sooner than the TTL).
 fn killed_permit_holder(query: &str, table: bool) {
-    let dir = temp_dir("pg-kinds-kill");
-    let counters = dir.path().join("counters");
-    let _shared = Shared::map(&counters);
     let key = unique_key("sem-kill");
     let url = url(query);
-    let (mut kid, mut out) = spawn(
+    let mut worker = Worker::spawn(
         "hold-permit",
         &url,
         &[
             ("KEY", key.clone()),
-            ("SHARED", counters.display().to_string()),
             ("PERMITS", "2".to_owned()),
             ("TTL_MS", "1500".to_owned()),
         ],
     );
-    let child_fence: u64 = report(&mut out).parse().unwrap();
+    let child_fence: u64 = worker.report().parse().unwrap();
     let taken = Instant::now();
     let c = client_of(&url);
     let mine = c.try_acquire_permit(&key, 2, LONG).unwrap();
     assert!(mine.fence() > child_fence);
-    // SAFETY: a plain syscall on our own child's pid.
-    unsafe { libc::kill(kid.0.id() as libc::pid_t, libc::SIGKILL) };
-    let _ = kid.0.wait();
+    worker.kill(); // SIGKILL: it releases nothing
     if table {
         assert_eq!(
             c.try_acquire_permit(&key, 2, LONG).unwrap_err().kind(),
@@ -492,12 +367,4 @@ fn cycle_times_per_kind() {
         }
         eprintln!("cycle (try_acquire+release) {line}");
     }
-}
-
-/// A private directory under the system temp dir, removed on drop.
-fn temp_dir(label: &str) -> TempDir {
-    tempfile::Builder::new()
-        .prefix(&format!("leasehold-test-{label}-"))
-        .tempdir()
-        .expect("create a temp dir")
 }

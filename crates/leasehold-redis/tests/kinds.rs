@@ -1,70 +1,20 @@
 //! Shared locks and semaphores across real OS processes, on one Redis server and on
-//! Redlock over 3: children are this test binary run again with `LEASEHOLD_KINDS_CHILD` naming
-//! what to do (see `child_worker`); they count who is inside in a file mapped `MAP_SHARED`, so a
-//! 4th permit holder or a writer beside anyone is seen whichever process it is in.
+//! Redlock over 3: workers are this test binary run again (see `child_worker`); they count who is
+//! inside in counters every process maps, so a 4th permit holder or a writer beside anyone is seen
+//! whichever process it is in.
 
 mod common;
 
 use leasehold_core::{Client, Config, ErrorKind};
 use leasehold_redis::RedlockBackend;
+use leasehold_testkit::processes::{
+    self, num, var, Counters, Worker, CYCLES_DONE, MOST, OVERLAPS, READERS, WRITERS,
+};
 use leasehold_testkit::{unique_key, RedisServer, TempDir};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, ChildStdout, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 const LONG: Duration = Duration::from_secs(30);
-
-/// Slots of the shared counter file.
-const INSIDE: usize = 0;
-const MOST: usize = 1;
-const CYCLES_DONE: usize = 2;
-const READERS: usize = 3;
-const WRITERS: usize = 4;
-const OVERLAPS: usize = 5;
-const SLOTS: usize = 8;
-
-/// A file of `SLOTS` u64 counters mapped into every process that opens it.
-struct Shared {
-    ptr: *mut AtomicU64,
-}
-
-impl Shared {
-    fn create(path: &std::path::Path) {
-        std::fs::write(path, vec![0u8; SLOTS * 8]).expect("counter file");
-    }
-
-    fn open(path: &std::path::Path) -> Shared {
-        use std::os::fd::AsRawFd;
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .expect("open counter file");
-        // SAFETY: a fresh shared mapping of a file of SLOTS * 8 bytes, kept for the process's
-        // life; AtomicU64 has u64's layout and the mapping is page-aligned.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                SLOTS * 8,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        assert_ne!(ptr, libc::MAP_FAILED, "mmap");
-        Shared {
-            ptr: ptr.cast::<AtomicU64>(),
-        }
-    }
-
-    fn at(&self, slot: usize) -> &AtomicU64 {
-        assert!(slot < SLOTS);
-        // SAFETY: within the mapping, which lives as long as the process.
-        unsafe { &*self.ptr.add(slot) }
-    }
-}
 
 fn client(url: &str) -> Client {
     let config = Config::parse(url).unwrap_or_else(|e| panic!("{url}: {e}"));
@@ -75,81 +25,32 @@ fn client(url: &str) -> Client {
     }
 }
 
-struct Kid(Child);
-
-impl Drop for Kid {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
-fn spawn(mode: &str, url: &str, vars: &[(&str, String)]) -> (Kid, BufReader<ChildStdout>) {
-    let mut cmd = Command::new(std::env::current_exe().expect("own path"));
-    cmd.args(["--exact", "child_worker", "--nocapture", "--test-threads=1"])
-        .env("LEASEHOLD_KINDS_CHILD", mode)
-        .env("URL", url)
-        .stdout(Stdio::piped());
-    for (k, v) in vars {
-        cmd.env(k, v);
-    }
-    let mut child = cmd.spawn().expect("spawn child");
-    let out = BufReader::new(child.stdout.take().expect("stdout"));
-    (Kid(child), out)
-}
-
-/// The next `@@ ` line a child prints.
-fn report(out: &mut BufReader<ChildStdout>) -> String {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(
-            out.read_line(&mut line).expect("read") > 0,
-            "child ended without reporting"
-        );
-        if let Some(at) = line.find("@@ ") {
-            return line[at + 3..].trim().to_owned();
-        }
-    }
-}
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_default()
-}
-
-fn num(name: &str) -> u64 {
-    env(name).parse().unwrap_or_else(|_| panic!("{name}"))
-}
-
-/// Not a test of its own: the body of every child process.
+/// Not a test of its own: the body of every worker process.
 #[test]
 fn child_worker() {
-    let Ok(mode) = std::env::var("LEASEHOLD_KINDS_CHILD") else {
+    let Some(mode) = processes::worker_mode() else {
         return;
     };
-    let c = client(&env("URL"));
-    let key = env("KEY");
+    let c = client(&processes::worker_url());
+    let key = var("KEY");
     match mode.as_str() {
         "permits" => {
-            let shared = Shared::open(env("COUNTERS").as_ref());
+            let shared = Counters::open(var("COUNTERS").as_ref());
             let permits = num("PERMITS") as u32;
             for _ in 0..num("CYCLES") {
                 let p = c
                     .acquire_permit(&key, permits, LONG, Duration::from_secs(60))
                     .expect("a permit");
-                let now = shared.at(INSIDE).fetch_add(1, Ordering::SeqCst) + 1;
-                shared.at(MOST).fetch_max(now, Ordering::SeqCst);
+                shared.enter();
                 std::thread::sleep(Duration::from_micros(200));
-                shared.at(INSIDE).fetch_sub(1, Ordering::SeqCst);
+                shared.leave();
                 p.release().expect("release");
                 shared.at(CYCLES_DONE).fetch_add(1, Ordering::SeqCst);
             }
             println!("@@ done");
         }
         "reader" | "writer" => {
-            let shared = Shared::open(env("COUNTERS").as_ref());
+            let shared = Counters::open(var("COUNTERS").as_ref());
             for _ in 0..num("CYCLES") {
                 let wait = Duration::from_secs(60);
                 if mode == "reader" {
@@ -202,12 +103,12 @@ fn redlock_url(nodes: &[RedisServer]) -> String {
 fn permits_never_exceeded(url: &str, name: &str, processes: usize, cycles: u64) {
     let dir = TempDir::new("kinds-permits");
     let path = dir.path().join("counters");
-    Shared::create(&path);
+    let shared = Counters::create(&path);
     let key = unique_key("procs-permits");
     let start = Instant::now();
-    let kids: Vec<_> = (0..processes)
+    let workers: Vec<_> = (0..processes)
         .map(|_| {
-            spawn(
+            Worker::spawn(
                 "permits",
                 url,
                 &[
@@ -219,13 +120,12 @@ fn permits_never_exceeded(url: &str, name: &str, processes: usize, cycles: u64) 
             )
         })
         .collect();
-    for (mut kid, mut out) in kids {
-        assert_eq!(report(&mut out), "done");
-        assert!(kid.0.wait().unwrap().success());
+    for mut worker in workers {
+        assert_eq!(worker.report(), "done");
+        worker.finish();
     }
-    let shared = Shared::open(&path);
-    let most = shared.at(MOST).load(Ordering::SeqCst);
-    let done = shared.at(CYCLES_DONE).load(Ordering::SeqCst);
+    let most = shared.get(MOST);
+    let done = shared.get(CYCLES_DONE);
     eprintln!(
         "{name}: {processes} processes x {cycles} cycles on 3 permits in {:?}, at most {most} inside",
         start.elapsed()
@@ -253,13 +153,13 @@ fn eight_processes_share_three_permits_on_redlock() {
 fn readers_and_writers(url: &str, name: &str) {
     let dir = TempDir::new("kinds-rw");
     let path = dir.path().join("counters");
-    Shared::create(&path);
+    let shared = Counters::create(&path);
     let key = unique_key("procs-rw");
     let cycles = 100u64;
-    let kids: Vec<_> = ["reader", "reader", "reader", "reader", "writer", "writer"]
+    let workers: Vec<_> = ["reader", "reader", "reader", "reader", "writer", "writer"]
         .iter()
         .map(|mode| {
-            spawn(
+            Worker::spawn(
                 mode,
                 url,
                 &[
@@ -270,17 +170,16 @@ fn readers_and_writers(url: &str, name: &str) {
             )
         })
         .collect();
-    for (mut kid, mut out) in kids {
-        assert_eq!(report(&mut out), "done");
-        assert!(kid.0.wait().unwrap().success());
+    for mut worker in workers {
+        assert_eq!(worker.report(), "done");
+        worker.finish();
     }
-    let shared = Shared::open(&path);
     assert_eq!(
-        shared.at(OVERLAPS).load(Ordering::SeqCst),
+        shared.get(OVERLAPS),
         0,
         "{name}: a writer overlapped someone"
     );
-    assert_eq!(shared.at(CYCLES_DONE).load(Ordering::SeqCst), 6 * cycles);
+    assert_eq!(shared.get(CYCLES_DONE), 6 * cycles);
 }
 
 /// Readers and writers on one shared lock never overlap a writer with anyone.
@@ -294,16 +193,12 @@ fn readers_and_writers_never_overlap_a_writer() {
 
 fn writer_beats_a_stream_of_readers(url: &str, name: &str) {
     let key = unique_key("procs-stream");
-    let kids: Vec<_> = (0..4)
-        .map(|_| spawn("stream", url, &[("KEY", key.clone())]))
+    let mut workers: Vec<_> = (0..4)
+        .map(|_| Worker::spawn("stream", url, &[("KEY", key.clone())]))
         .collect();
-    let mut kids: Vec<_> = kids
-        .into_iter()
-        .map(|(kid, mut out)| {
-            assert_eq!(report(&mut out), "reading");
-            kid
-        })
-        .collect();
+    for worker in &mut workers {
+        assert_eq!(worker.report(), "reading");
+    }
     // Let the readers overlap so that the key is never free of them.
     std::thread::sleep(Duration::from_millis(300));
     let c = client(url);
@@ -322,8 +217,8 @@ fn writer_beats_a_stream_of_readers(url: &str, name: &str) {
         took < Duration::from_secs(5),
         "{name}: the writer waited {took:?}"
     );
-    for kid in &mut kids {
-        let _ = kid.0.kill();
+    for worker in &mut workers {
+        worker.kill();
     }
 }
 
@@ -340,7 +235,7 @@ fn a_writer_gets_past_streaming_readers() {
 fn killed_holders_permit_comes_back(url: &str, name: &str) {
     let key = unique_key("procs-killed");
     let ttl = Duration::from_millis(600);
-    let (mut kid, mut out) = spawn(
+    let mut worker = Worker::spawn(
         "hold-permit",
         url,
         &[
@@ -348,11 +243,9 @@ fn killed_holders_permit_comes_back(url: &str, name: &str) {
             ("TTL_MS", ttl.as_millis().to_string()),
         ],
     );
-    let fence: u64 = report(&mut out).parse().unwrap();
-    // SAFETY: a plain kill(2) of our own child.
-    unsafe { libc::kill(kid.0.id() as i32, libc::SIGKILL) };
+    let fence: u64 = worker.report().parse().unwrap();
+    worker.kill(); // SIGKILL: it releases nothing
     let killed = Instant::now();
-    let _ = kid.0.wait();
     let c = client(url);
     assert_eq!(
         c.try_acquire_permit(&key, 1, LONG)

@@ -4,14 +4,19 @@
 //!
 //! The fault harness: [`FaultProxy`] between a client and a server, a [`History`] of every operation
 //! and a [`check`]er of what a lock service must never do (see [`checker`]).
+//!
+//! Tests across processes: [`processes`] (workers in Rust, C or PHP, counters they share, and the
+//! check of the critical sections they log), with the C library and C programs from [`ffi`].
 
 pub mod checker;
+pub mod ffi;
 mod fork;
 pub mod generator;
 pub mod history;
 mod mariadb;
 mod port;
 mod postgres;
+pub mod processes;
 mod proxy;
 mod redis;
 mod store;
