@@ -5,7 +5,8 @@
 //! - handoff: 8 processes contend for one key on each backend (native waiting, 1 ms of work per hold);
 //!   handoff = the holder starts releasing → the next waiter has the key. Its p50 and p99, beside one
 //!   raw round trip to the same server (`PING` on a raw socket; a prepared `SELECT 1` on PostgreSQL),
-//!   taken just before and just after the row;
+//!   taken just before and just after the row, and, on Redis, the sleeping-client floor taken after it
+//!   (a reader blocked in `BLPOP` woken by an `LPUSH` from another connection: p50 and p99);
 //! - load: `leasehold bench` (the CLI, `LEASEHOLD_BIN`) with 50 workers on random keys of 1,000,000,
 //!   beside `redis-benchmark -c 50` running `EVALSHA` of a script that does one `SET` on random keys,
 //!   run before and after it on the same server.
@@ -77,6 +78,11 @@ fn main() {
             .unwrap_or_else(|e| panic!("{name}: first cycle: {e}"));
         drop(warm);
         let before = rtt.median();
+        // On the single server, the server's own time per acquisition too (`INFO commandstats`).
+        let counted = (*name == "redis").then_some(&redis);
+        if let Some(server) = counted {
+            server.command(&[b"CONFIG", b"RESETSTAT"]);
+        }
         let records = contend::run(
             &exe,
             &[],
@@ -87,7 +93,11 @@ fn main() {
             HOLD,
             Waiting::Native,
         );
+        let server_us = counted.map(|server| server_usec(server) / records.len().max(1) as f64);
         let after = rtt.median();
+        // The sleeping-client floor, right after the row: how fast the server can wake a client
+        // blocked on it at all, which every handoff by wake-up pays once.
+        let wake = rtt.wake();
         let r = analyze(&records, WORKERS, duration);
         assert_eq!(r.overlaps, 0, "{name}: two holders at once");
         assert!(r.handoff.n > 0, "{name}: no handoff measured");
@@ -110,6 +120,9 @@ fn main() {
             "cycles_per_sec": r.cycles_per_sec,
             "rtt_us": rtt_us,
             "rtt_of": rtt.describe(),
+            "wake_p50_us": wake.map(|(p50, _)| us(p50)),
+            "wake_p99_us": wake.map(|(_, p99)| us(p99)),
+            "server_us_per_acquisition": server_us,
         }));
     }
 
@@ -179,6 +192,71 @@ impl Rtt {
             .collect();
         times.sort_unstable();
         Some(times[times.len() / 2])
+    }
+}
+
+/// The microseconds a Redis server spent running commands since its last `CONFIG RESETSTAT`,
+/// this call's `INFO` and that `CONFIG` aside.
+fn server_usec(server: &RedisServer) -> f64 {
+    server
+        .command(&[b"INFO", b"commandstats"])
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_config"))
+        .filter_map(|l| {
+            l.split(",usec=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<f64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// How many times the sleeping-client floor wakes its reader.
+const WAKES: usize = 1000;
+
+impl Rtt {
+    /// The sleeping-client floor of a Redis server, p50 and p99: a reader blocked in `BLPOP` on one
+    /// connection, woken by an `LPUSH` on another, timed from the moment the write is sent to the
+    /// moment the reader has the answer. The writer lets the reader sleep 1 ms first (as a waiter
+    /// sleeps through a 1 ms hold), so each sample pays a real wake-up, as a handoff does.
+    fn wake(&self) -> Option<(Duration, Duration)> {
+        let Rtt::Ping(port) = self else { return None };
+        let connect = || {
+            let s = TcpStream::connect(("127.0.0.1", *port)).expect("connect for the wake floor");
+            s.set_nodelay(true).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            s
+        };
+        let (mut reader, mut writer) = (connect(), connect());
+        let (woke_tx, woke_rx) = std::sync::mpsc::channel::<Instant>();
+        let blpop = b"*3\r\n$5\r\nBLPOP\r\n$9\r\nperf:wake\r\n$1\r\n0\r\n";
+        let popped = b"*2\r\n$9\r\nperf:wake\r\n$1\r\nx\r\n";
+        let sleeper = std::thread::spawn(move || {
+            for _ in 0..WAKES {
+                reader.write_all(blpop).unwrap();
+                let mut reply = [0u8; 26];
+                reader.read_exact(&mut reply).expect("BLPOP reply");
+                assert_eq!(&reply, popped);
+                woke_tx.send(Instant::now()).unwrap();
+            }
+        });
+        let mut times = Vec::with_capacity(WAKES);
+        for _ in 0..WAKES {
+            std::thread::sleep(HOLD);
+            let sent = Instant::now();
+            writer
+                .write_all(b"*3\r\n$5\r\nLPUSH\r\n$9\r\nperf:wake\r\n$1\r\nx\r\n")
+                .unwrap();
+            let mut reply = [0u8; 4];
+            writer.read_exact(&mut reply).expect("LPUSH reply");
+            let woke = woke_rx.recv().expect("the reader woke");
+            times.push(woke.duration_since(sent));
+        }
+        sleeper.join().expect("the sleeping reader");
+        times.sort_unstable();
+        Some((times[WAKES / 2], times[WAKES * 99 / 100]))
     }
 }
 

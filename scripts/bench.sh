@@ -11,9 +11,11 @@
 # block between <!-- perf:rust:begin --> and <!-- perf:rust:end -->, and the chart docs/perf/rust.svg.
 # The report draws the chart itself (the plotters crate's SVG backend), so no plotting program or font
 # package has to be installed. Every server is started by the suite itself on free loopback ports; one
-# that cannot start fails the run. Last, bindings/php/benchmarks/fpm.php measures a real php-fpm pool
-# (a worker's memory after its first lock, the first lock of a request beside a warm one) into
-# docs/perf/php-fpm.md.
+# that cannot start fails the run. Then bindings/php/benchmarks/compare.php measures PHP: the cycle
+# beside the C ABI, two raw PINGs and the PHP locks people use (Symfony Lock, Laravel), and handoffs
+# across 8 processes, into docs/perf/php.md (and php.png where gnuplot is installed). Last,
+# bindings/php/benchmarks/fpm.php measures a real php-fpm pool (a worker's memory after its first
+# lock, the first lock of a request beside a warm one) into docs/perf/php-fpm.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,6 +57,9 @@ echo "== report" >&2
 PERF_WHEN="$(date -u '+%Y-%m-%d %H:%M UTC')" \
     target/release/examples/perf_report "$out/custom.json" docs/perf/rust.svg
 
+echo "== PHP beside C, raw PINGs, Symfony Lock and Laravel (bindings/php/benchmarks/compare.php)" >&2
+LEASEHOLD_LIBRARY="$PWD/target/release/libleasehold.so" php bindings/php/benchmarks/compare.php --out=docs/perf
+
 echo "== php-fpm (bindings/php/benchmarks/fpm.php)" >&2
 LEASEHOLD_LIBRARY="$PWD/target/release/libleasehold.so" php bindings/php/benchmarks/fpm.php
-echo "bench.sh: wrote docs/perf/rust.md, docs/perf/rust.svg, docs/perf/php-fpm.md and README.md's performance block" >&2
+echo "bench.sh: wrote docs/perf/rust.md, docs/perf/rust.svg, docs/perf/php.md, docs/perf/php-fpm.md and README.md's performance block" >&2

@@ -4,7 +4,9 @@
 //!
 //! - `redis/cycle` beside two raw PING round trips on one connection, and `redis/cycle_vs_set_del`
 //!   beside a raw `SET NX PX` + a compare-and-`DEL` script (the least a lock can send), both on a raw
-//!   socket (no client library);
+//!   socket (no client library); then `redis/cycle/profile.json`, what the cycle costs beside its
+//!   floor and where: the server's time (`INFO commandstats`) and this thread's CPU per cycle and per
+//!   pair of PINGs;
 //! - `redlock5/cycle` beside `SET NX PX` written to all five nodes before any answer is read, then `DEL`
 //!   likewise, from one thread;
 //! - `topology/{cluster,sentinel,replicas1}`: Cluster (3+3), Sentinel and `replicas=1` beside the cycle
@@ -136,6 +138,75 @@ fn single(c: &mut Criterion) {
         set_del,
     );
     g.finish();
+
+    // Why the cycle is where it is beside its floor: the server's own time (Redis counts the
+    // microseconds each command ran, scripts with what they call) and this thread's CPU, per cycle
+    // and per pair of PINGs, over the same number of each.
+    let per_cycle = profile(&server, paired::fresh_cycle(&lock, "bench-profile", TTL));
+    let per_pair = profile(&server, || {
+        for _ in 0..2 {
+            conn.send(&[b"PING"]);
+            conn.expect(b"+PONG\r\n");
+        }
+    });
+    let dir = paired::criterion_home().join("redis").join("cycle");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+    let json = format!(
+        "{{\"server_us_per_cycle\": {:.2}, \"client_cpu_us_per_cycle\": {:.2}, \
+         \"server_us_per_ping_pair\": {:.2}, \"client_cpu_us_per_ping_pair\": {:.2}}}\n",
+        per_cycle.0, per_cycle.1, per_pair.0, per_pair.1
+    );
+    let path = dir.join("profile.json");
+    std::fs::write(&path, json).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    println!(
+        "redis/cycle profile: server {:.1} µs and client CPU {:.1} µs per cycle; \
+         server {:.1} µs and client CPU {:.1} µs per 2 PINGs",
+        per_cycle.0, per_cycle.1, per_pair.0, per_pair.1
+    );
+}
+
+/// Operations `op` runs for [`profile`].
+const PROFILED: u32 = 5_000;
+
+/// The server's time (its `INFO commandstats` microseconds, reset first) and this thread's CPU
+/// time, in µs per run of `op`, over [`PROFILED`] runs.
+fn profile(server: &RedisServer, mut op: impl FnMut()) -> (f64, f64) {
+    server.command(&[b"CONFIG", b"RESETSTAT"]);
+    let cpu_before = thread_cpu();
+    for _ in 0..PROFILED {
+        op();
+    }
+    let cpu = thread_cpu() - cpu_before;
+    let stats = server.command(&[b"INFO", b"commandstats"]);
+    // `cmdstat_<name>:calls=N,usec=N,…`, the INFO and CONFIG calls of this measure aside.
+    let usec: f64 = stats
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_config"))
+        .filter_map(|l| {
+            l.split(",usec=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<f64>()
+                .ok()
+        })
+        .sum();
+    let n = f64::from(PROFILED);
+    (usec / n, cpu.as_secs_f64() * 1e6 / n)
+}
+
+/// The CPU time this thread has used.
+fn thread_cpu() -> Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a pointer to a timespec on this stack frame.
+    assert_eq!(
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) },
+        0
+    );
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
 
 fn redlock5(c: &mut Criterion) {
