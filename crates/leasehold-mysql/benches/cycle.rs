@@ -6,6 +6,17 @@
 //!   `SELECT RELEASE_LOCK(?)` on one connection of the `mysql` crate, prepared statements, two round
 //!   trips (what a hand-written client would run);
 //! - `mysql/bare_pair`: that pair beside two prepared `SELECT 1` round trips, the protocol's own floor.
+//! - `mysql/named_vs_write` (the named cycle again) and `mysql/write_floor` (that floor itself, beside
+//!   the bare pair) against a second floor: the bare pair with, between its two statements, the one
+//!   write any named-mode lease must make, the fence row's upsert as named mode writes it (a fresh
+//!   row, autocommit, prepared): three round trips. Named mode cannot come close to the bare pair:
+//!   a fence that survives the server losing data has to be written before the lease is handed out
+//!   (and the row changed again before the lock is released, see src/named.rs); this floor says
+//!   how far above that one write the cycle is.
+//!
+//! Then a breakdown (`breakdown.json` beside them): the pieces of the cycle timed in alternation, on
+//! one connection (the row write, fresh or reused rows, the explicit transaction, text or prepared,
+//! one more statement in a batch, the release's row update, named mode's SQL without the library).
 //!
 //! Each figure is timed in alternation with its floor (../leasehold-testkit/bench/paired.rs):
 //! `target/criterion/mysql/<bench>/new/estimates.json` is the figure, `paired.json` beside it the
@@ -46,30 +57,17 @@ fn mysql(c: &mut Criterion) {
     let server = MariaDbServer::start();
     let named = client(&server.url_with("lock=named"));
     let table = client(&server.url_with("lock=table&table=bench_locks"));
-    let mut raw = mysql::Conn::new(mysql::Opts::from_url(&server.url()).unwrap())
-        .unwrap_or_else(|e| panic!("raw connection to MariaDB on port {}: {e}", server.port()));
-    let lock = raw.prep("SELECT GET_LOCK(?, 0)").unwrap();
-    let unlock = raw.prep("SELECT RELEASE_LOCK(?)").unwrap();
-    let select1 = raw.prep("SELECT 1").unwrap();
-    let raw = RefCell::new(raw);
+    let raw = RefCell::new(Raw::connect(&server));
     // Names of at most 64 characters (the server's limit), never used twice: "f:<pid>:<n>".
     let id = Cell::new(0u64);
     let pid = std::process::id();
-    let bare_pair = || {
+    let fresh = || {
         id.set(id.get() + 1);
-        let name = format!("f:{pid}:{}", id.get());
-        let mut raw = raw.borrow_mut();
-        let got: Option<i64> = raw.exec_first(&lock, (&name,)).unwrap();
-        assert_eq!(got, Some(1), "a fresh named lock was taken");
-        let freed: Option<i64> = raw.exec_first(&unlock, (&name,)).unwrap();
-        assert_eq!(freed, Some(1));
+        format!("f:{pid}:{}", id.get())
     };
-    let two_select1 = || {
-        let mut raw = raw.borrow_mut();
-        for _ in 0..2 {
-            let _: Option<i64> = raw.exec_first(&select1, ()).unwrap();
-        }
-    };
+    let bare_pair = || raw.borrow_mut().bare_pair(&fresh());
+    let write_floor = || raw.borrow_mut().write_floor(&fresh());
+    let two_select1 = || raw.borrow_mut().two_select1();
 
     let mut g = c.benchmark_group("mysql");
     paired::bench(
@@ -79,6 +77,14 @@ fn mysql(c: &mut Criterion) {
         SAMPLES,
         paired::fresh_cycle(&named, "bench-named", TTL),
         bare_pair,
+    );
+    paired::bench(
+        &mut g,
+        "mysql",
+        "named_vs_write",
+        SAMPLES,
+        paired::fresh_cycle(&named, "bench-named-w", TTL),
+        write_floor,
     );
     paired::bench(
         &mut g,
@@ -96,7 +102,17 @@ fn mysql(c: &mut Criterion) {
         bare_pair,
         two_select1,
     );
+    paired::bench(
+        &mut g,
+        "mysql",
+        "write_floor",
+        SAMPLES,
+        write_floor,
+        bare_pair,
+    );
     g.finish();
+
+    breakdown(&raw, &fresh, &named, &table);
 
     let proxy = CommandCounter::start(server.port());
     let through = |query: &str| {
@@ -115,6 +131,264 @@ fn mysql(c: &mut Criterion) {
         let per_cycle = proxy.per_op(paired::fresh_cycle(&counted, "bench-count", TTL));
         write_round_trips(name, per_cycle, floor);
     }
+}
+
+/// The server's clock in µs, as named mode writes it (src/names.rs).
+const NOW_US: &str = "(UNIX_TIMESTAMP() * 1000000 + MICROSECOND(NOW(6)))";
+/// Named mode's fence table (the default table name + `_fences`).
+const FENCES: &str = "`leasehold_locks_fences`";
+
+/// Named mode's upsert of a name's row once its lock is taken (src/named.rs, without the
+/// `LAST_INSERT_ID` that hands the fence back: a client of its own would read it some way too).
+fn upsert_sql(name: &str) -> String {
+    format!(
+        "INSERT INTO {FENCES} (name, fence, holder, expires_us) \
+           VALUES ({name}, {NOW_US}, CONNECTION_ID(), {NOW_US} + {ttl}) \
+         ON DUPLICATE KEY UPDATE fence = GREATEST(fence + 1, VALUES(fence)), \
+           holder = VALUES(holder), expires_us = VALUES(expires_us)",
+        ttl = TTL.as_micros()
+    )
+}
+
+/// Named mode's change of the row before the lock is released (src/named.rs, without the
+/// `LAST_INSERT_ID` that says whether the lease was live).
+fn clear_sql(name: &str) -> String {
+    format!(
+        "UPDATE {FENCES} SET expires_us = LEAST(expires_us, {NOW_US}), holder = 0 \
+         WHERE name = {name} AND holder = CONNECTION_ID()"
+    )
+}
+
+/// One connection of the `mysql` crate with the floors' prepared statements.
+struct Raw {
+    conn: mysql::Conn,
+    lock: mysql::Statement,
+    unlock: mysql::Statement,
+    select1: mysql::Statement,
+    upsert: mysql::Statement,
+    clear: mysql::Statement,
+}
+
+impl Raw {
+    fn connect(server: &MariaDbServer) -> Raw {
+        let mut conn = mysql::Conn::new(mysql::Opts::from_url(&server.url()).unwrap())
+            .unwrap_or_else(|e| panic!("raw connection to MariaDB on port {}: {e}", server.port()));
+        Raw {
+            lock: conn.prep("SELECT GET_LOCK(?, 0)").unwrap(),
+            unlock: conn.prep("SELECT RELEASE_LOCK(?)").unwrap(),
+            select1: conn.prep("SELECT 1").unwrap(),
+            upsert: conn.prep(upsert_sql("?")).unwrap(),
+            clear: conn.prep(clear_sql("?")).unwrap(),
+            conn,
+        }
+    }
+
+    fn take(&mut self, name: &str) {
+        let got: Option<i64> = self.conn.exec_first(&self.lock, (name,)).unwrap();
+        assert_eq!(got, Some(1), "a fresh named lock was taken");
+    }
+
+    fn give_back(&mut self, name: &str) {
+        let freed: Option<i64> = self.conn.exec_first(&self.unlock, (name,)).unwrap();
+        assert_eq!(freed, Some(1));
+    }
+
+    /// `SELECT GET_LOCK(?, 0)`, `SELECT RELEASE_LOCK(?)`: two round trips.
+    fn bare_pair(&mut self, name: &str) {
+        self.take(name);
+        self.give_back(name);
+    }
+
+    /// The bare pair with the fence row's upsert between: three round trips, one commit.
+    fn write_floor(&mut self, name: &str) {
+        self.take(name);
+        self.conn.exec_drop(&self.upsert, (name,)).unwrap();
+        self.give_back(name);
+    }
+
+    fn two_select1(&mut self) {
+        for _ in 0..2 {
+            let _: Option<i64> = self.conn.exec_first(&self.select1, ()).unwrap();
+        }
+    }
+
+    /// A text batch, every answer read.
+    fn text(&mut self, sql: &str) {
+        let mut result = self.conn.query_iter(sql).unwrap();
+        while let Some(set) = result.iter() {
+            for row in set {
+                row.unwrap();
+            }
+        }
+    }
+}
+
+/// The pieces of the named cycle, timed in alternation (rounds of [`PIECE_OPS`] runs of each, the
+/// median over [`PIECE_ROUNDS`] rounds), so that load drift hits them alike. Printed as time per
+/// run and its excess over the bare pair, and written to `<criterion home>/mysql/breakdown.json`.
+fn breakdown(raw: &RefCell<Raw>, fresh: &dyn Fn() -> String, named: &Client, table: &Client) {
+    let reused = "f:reused";
+    let quoted = |name: &str| format!("'{name}'");
+    type Piece<'a> = (&'static str, Box<dyn FnMut() + 'a>);
+    let mut pieces: Vec<Piece> = vec![
+        (
+            "bare pair: prepared GET_LOCK, RELEASE_LOCK (2 round trips)",
+            Box::new(|| raw.borrow_mut().bare_pair(&fresh())),
+        ),
+        (
+            "text pair: the same as text queries",
+            Box::new(|| {
+                let n = quoted(&fresh());
+                let mut raw = raw.borrow_mut();
+                raw.text(&format!("SELECT GET_LOCK({n}, 0)"));
+                raw.text(&format!("SELECT RELEASE_LOCK({n})"));
+            }),
+        ),
+        (
+            "text pair, each batch one statement more (DO 0)",
+            Box::new(|| {
+                let n = quoted(&fresh());
+                let mut raw = raw.borrow_mut();
+                raw.text(&format!("SELECT GET_LOCK({n}, 0); DO 0"));
+                raw.text(&format!("SELECT RELEASE_LOCK({n}); DO 0"));
+            }),
+        ),
+        (
+            "write floor: bare pair + fence upsert, fresh row (3 round trips)",
+            Box::new(|| raw.borrow_mut().write_floor(&fresh())),
+        ),
+        (
+            "bare pair + fence upsert, the same row every time",
+            Box::new(|| {
+                let mut raw = raw.borrow_mut();
+                raw.take(reused);
+                let upsert = raw.upsert.clone();
+                raw.conn.exec_drop(&upsert, (reused,)).unwrap();
+                raw.give_back(reused);
+            }),
+        ),
+        (
+            "bare pair + fence upsert as text",
+            Box::new(|| {
+                let name = fresh();
+                let mut raw = raw.borrow_mut();
+                raw.take(&name);
+                raw.text(&upsert_sql(&quoted(&name)));
+                raw.give_back(&name);
+            }),
+        ),
+        (
+            "bare pair + START TRANSACTION; upsert; COMMIT (text)",
+            Box::new(|| {
+                let name = fresh();
+                let mut raw = raw.borrow_mut();
+                raw.take(&name);
+                raw.text(&format!(
+                    "START TRANSACTION; {}; COMMIT",
+                    upsert_sql(&quoted(&name))
+                ));
+                raw.give_back(&name);
+            }),
+        ),
+        (
+            "bare pair + upsert + the release's row update (4 round trips, 2 commits)",
+            Box::new(|| {
+                let name = fresh();
+                let mut raw = raw.borrow_mut();
+                raw.take(&name);
+                let (upsert, clear) = (raw.upsert.clone(), raw.clear.clone());
+                raw.conn.exec_drop(&upsert, (&name,)).unwrap();
+                raw.conn.exec_drop(&clear, (&name,)).unwrap();
+                raw.give_back(&name);
+            }),
+        ),
+        (
+            "named mode's two batches on this connection (no library)",
+            Box::new(|| {
+                let n = quoted(&fresh());
+                let mut raw = raw.borrow_mut();
+                raw.text(&named_take_sql(&n));
+                raw.text(&named_release_sql(&n));
+            }),
+        ),
+        (
+            "named cycle (the library)",
+            Box::new(paired::fresh_cycle(named, "bench-named-b", TTL)),
+        ),
+        (
+            "table cycle (the library)",
+            Box::new(paired::fresh_cycle(table, "bench-table-b", TTL)),
+        ),
+    ];
+    for (_, piece) in pieces.iter_mut() {
+        for _ in 0..20 {
+            piece();
+        }
+    }
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); pieces.len()];
+    for _ in 0..PIECE_ROUNDS {
+        for (i, (_, piece)) in pieces.iter_mut().enumerate() {
+            let t = std::time::Instant::now();
+            for _ in 0..PIECE_OPS {
+                piece();
+            }
+            times[i].push(t.elapsed().as_secs_f64() * 1e9 / PIECE_OPS as f64);
+        }
+    }
+    let medians: Vec<f64> = times
+        .into_iter()
+        .map(|mut v| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        })
+        .collect();
+    let bare = medians[0];
+    println!("mysql breakdown (median of {PIECE_ROUNDS} alternating rounds of {PIECE_OPS}):");
+    let mut json = Vec::new();
+    for ((what, _), ns) in pieces.iter().zip(&medians) {
+        println!(
+            "  {:>7.1} µs  {:>+7.1} µs over the bare pair  {what}",
+            ns / 1e3,
+            (ns - bare) / 1e3
+        );
+        json.push(format!(
+            "  {{\"piece\": \"{what}\", \"ns\": {ns:.0}, \"over_bare_ns\": {:.0}}}",
+            ns - bare
+        ));
+    }
+    let path = paired::criterion_home()
+        .join("mysql")
+        .join("breakdown.json");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, format!("[\n{}\n]\n", json.join(",\n")))
+        .unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+}
+
+const PIECE_ROUNDS: usize = 15;
+const PIECE_OPS: usize = 100;
+
+/// Named mode's acquire batch (src/named.rs `grant_sql`, a TTL of [`TTL`]).
+fn named_take_sql(n: &str) -> String {
+    format!(
+        "SET SESSION wait_timeout = {wt}, @leasehold_got = GET_LOCK({n}, 0); \
+         INSERT INTO {FENCES} (name, fence, holder, expires_us) \
+           SELECT {n}, LAST_INSERT_ID({NOW_US}), CONNECTION_ID(), {NOW_US} + {ttl} FROM DUAL \
+           WHERE @leasehold_got = 1 \
+         ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(GREATEST(fence + 1, VALUES(fence))), \
+           holder = VALUES(holder), expires_us = VALUES(expires_us)",
+        wt = TTL.as_secs() + 1,
+        ttl = TTL.as_micros()
+    )
+}
+
+/// Named mode's release batch (src/named.rs `release`).
+fn named_release_sql(n: &str) -> String {
+    format!(
+        "UPDATE {FENCES} SET \
+           expires_us = IF(LAST_INSERT_ID(expires_us > {NOW_US}), {NOW_US}, expires_us), \
+           holder = 0 WHERE name = {n} AND holder = CONNECTION_ID(); \
+         SET SESSION wait_timeout = DEFAULT, @leasehold_released = RELEASE_LOCK({n})"
+    )
 }
 
 /// A loopback proxy in front of the server that counts the commands clients send. In the MySQL

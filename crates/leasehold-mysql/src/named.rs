@@ -15,6 +15,13 @@
 //! `wait_timeout` = its TTL rounded up plus a second, so a holder that goes silent is
 //! disconnected by the server itself.
 //!
+//! An uncontended cycle is two round trips of two statements each (see
+//! [`Named::try_lock`] and [`Named::release`]): every statement of a batch is answered on its
+//! own, and on loopback each costs about what a small round trip does, so none is spent on
+//! reading back what a write can return in its OK packet (`LAST_INSERT_ID(expr)`). The row is
+//! written once to take the lease (its fence must be stored before it is handed out) and once to
+//! give it back (the row must stop naming the session before the lock is released, see above).
+//!
 //! A semaphore of `n` permits is `n` named locks (slots `0..n`); an attempt takes the first free
 //! slot from a rotating start in one statement, its fence drawn from the semaphore's row. A slot's
 //! row also says the size its holder was granted under, written in the transaction that draws the
@@ -104,9 +111,8 @@ impl Named {
             )),
             LeaseKind::Exclusive => {
                 let name = lock_name(&ask.prefixed);
-                let names = [name.clone()];
                 Ok(Box::new(Attempts::new(pools, end, move |_, deadline| {
-                    self.attempt(pools, &ask, &names, &name, kind, deadline)
+                    self.try_lock(pools, &ask, &name, deadline)
                 })))
             }
             LeaseKind::Permit(n) => {
@@ -139,8 +145,7 @@ impl Named {
                 .map(|i| slot_name(semaphore, (start + i) % n))
                 .collect();
             offered += chunk.len() as u32;
-            let kind = LeaseKind::Permit(permits);
-            match self.attempt(pools, ask, &chunk, semaphore, kind, deadline)? {
+            match self.attempt(pools, ask, &chunk, semaphore, permits, deadline)? {
                 Turn::Granted(lease) => return Ok(Turn::Granted(lease)),
                 Turn::NotYet { holder_left: left } => {
                     shortest = match (shortest, left) {
@@ -155,14 +160,15 @@ impl Named {
         })
     }
 
-    /// One attempt at the first free lock of `names`, the fence drawn from `fence_row`.
+    /// One attempt at the first free slot of `names`, the fence drawn from the semaphore's row
+    /// `fence_row`.
     fn attempt(
         &self,
         pools: &Pools,
         ask: &Ask,
         names: &[String],
         fence_row: &str,
-        kind: LeaseKind,
+        permits: Permits,
         deadline: Deadline,
     ) -> Result<Turn> {
         let f = &self.fences;
@@ -179,14 +185,11 @@ impl Named {
         // A permit asked under another size than the live holders' takes no slot: its second
         // column names their size. This look is not under the semaphore's row lock (a slot is
         // taken first); the grant checks again under it ([`Named::grant_permit`]).
-        let take = match kind {
-            LeaseKind::Permit(permits) => format!(
-                "SELECT CASE WHEN s.o IS NOT NULL THEN NULL{cases} END, s.o \
-                 FROM (SELECT MAX({SIZE_COLUMN}) AS o FROM {f} WHERE {}) s",
-                other_size_live(fence_row, permits)
-            ),
-            _ => format!("SELECT CASE{cases} END, NULL"),
-        };
+        let take = format!(
+            "SELECT CASE WHEN s.o IS NOT NULL THEN NULL{cases} END, s.o \
+             FROM (SELECT MAX({SIZE_COLUMN}) AS o FROM {f} WHERE {}) s",
+            other_size_live(fence_row, permits)
+        );
         // The first free name is taken; the others are only looked at (a holder whose lease has
         // expired, and the earliest expiry for the wait).
         let sql = format!(
@@ -202,7 +205,7 @@ impl Named {
         let sent = Instant::now();
         let (mut conn, outcome) = with_session(pools, deadline, |s| s.batch(&sql, deadline))?;
         let answers = outcome.map_err(|e| pools.failed("taking a named lock", &e))?;
-        if let (Some(held), LeaseKind::Permit(permits)) = (answers[0].int(1), kind) {
+        if let Some(held) = answers[0].int(1) {
             return Err(other_size(ask.key, held as u32, permits.get()));
         }
         let granted = answers[0].int(0).and_then(|i| names.get(i as usize));
@@ -234,55 +237,103 @@ impl Named {
                 return Ok(Turn::NotYet { holder_left: left });
             }
         };
-        if let LeaseKind::Permit(permits) = kind {
-            let taken = (token, sent);
-            return self.grant_permit(pools, ask, conn, &name, fence_row, permits, taken, deadline);
+        let taken = (token, sent);
+        self.grant_permit(pools, ask, conn, &name, fence_row, permits, taken, deadline)
+    }
+
+    /// One attempt at an exclusive lease: one round trip when the lock is free. The batch sets the
+    /// session's idle limit and takes the lock into a user variable (one `SET`), then writes the
+    /// name's row (holder, expiry, and the fence drawn as `GREATEST(fence + 1, server µs)`) only if
+    /// the lock was taken. The fence comes back in the upsert's OK packet through
+    /// `LAST_INSERT_ID(expr)`, so no statement follows to read it. `GET_LOCK` stays out of the
+    /// upsert: under statement-based replication a replica would run it (and hold the lock in its
+    /// applier for good); a user variable is replicated as its value. A lock found taken costs a
+    /// second round trip, which looks at its holder.
+    fn try_lock(&self, pools: &Pools, ask: &Ask, name: &str, deadline: Deadline) -> Result<Turn> {
+        // Made before the lock is taken: nothing may fail between the grant and the lease that
+        // would leave the lock on a session going back to the pool.
+        let token = Token::generate()?;
+        let n = quoted(name);
+        let sql = self.grant_sql(ask.ttl, &n, &format!("GET_LOCK({n}, 0)"));
+        let sent = Instant::now();
+        let (mut conn, outcome) = with_session(pools, deadline, |s| s.batch(&sql, deadline))?;
+        let answers = outcome.map_err(|e| pools.failed("taking a named lock", &e))?;
+        let mut upsert = answers.nth_last(1);
+        let again;
+        if upsert.affected == 0 {
+            // Taken: see by whom. The batch set the session's idle limit for a lease it did not
+            // get, so the look puts it back; and lets go of the lock in the same statement, in
+            // case it was this session's after all (`RELEASE_LOCK` of another session's lock does
+            // nothing), so a session never goes back to the pool holding one.
+            let f = &self.fences;
+            let look = format!(
+                "SELECT holder, expires_us <= {NOW_US}, expires_us - {NOW_US} FROM {f} \
+                 WHERE name = {n} AND holder <> 0 AND IS_USED_LOCK(name) = holder; \
+                 SET SESSION wait_timeout = DEFAULT, @leasehold_released = RELEASE_LOCK({n})"
+            );
+            let answers = conn
+                .batch(&look, deadline)
+                .map_err(|e| pools.failed("taking a named lock", &e))?;
+            let holder = answers[0].int(0).unwrap_or(0);
+            if holder <= 0 {
+                return Ok(Turn::NotYet { holder_left: None });
+            }
+            if answers[0].int(1) != Some(1) {
+                let left = answers[0]
+                    .int(2)
+                    .map(|us| Duration::from_micros(us.max(0) as u64));
+                return Ok(Turn::NotYet { holder_left: left });
+            }
+            if !self.take_expired(pools, &mut conn, name, holder, deadline)? {
+                return Ok(Turn::NotYet {
+                    holder_left: Some(Duration::ZERO),
+                });
+            }
+            // The lock is ours on this session now: the same write, on the lock it holds.
+            let sql = self.grant_sql(
+                ask.ttl,
+                &n,
+                &format!("(IS_USED_LOCK({n}) = CONNECTION_ID())"),
+            );
+            again = match conn.batch(&sql, deadline) {
+                Ok(a) => a,
+                // The session ends with the failure (it is never reused), and the lock with it.
+                Err(e) => return Err(pools.failed("drawing the fence", &e)),
+            };
+            upsert = again.nth_last(1);
         }
-        // The lock is ours on this session: record holder and expiry, draw the fence.
-        let ttl = micros(ask.ttl.as_duration());
-        let holder_row = if name == fence_row {
-            String::new()
-        } else {
-            format!(
-                "INSERT INTO {f} (name, holder, expires_us) \
-                   VALUES ({n}, CONNECTION_ID(), {NOW_US} + {ttl}) \
-                 ON DUPLICATE KEY UPDATE holder = VALUES(holder), expires_us = VALUES(expires_us); ",
-                n = quoted(&name)
-            )
-        };
-        let own = name == fence_row;
-        let sql = format!(
-            "SET SESSION wait_timeout = {wt}; {holder_row}\
-             INSERT INTO {f} (name, fence, holder, expires_us) \
-               VALUES ({fr}, {NOW_US}, {holder}, {NOW_US} + {ttl}) \
-             ON DUPLICATE KEY UPDATE fence = GREATEST(fence + 1, VALUES(fence)){more}; \
-             SELECT fence FROM {f} WHERE name = {fr}",
-            wt = wait_timeout(ask.ttl),
-            fr = quoted(fence_row),
-            holder = if own { "CONNECTION_ID()" } else { "0" },
-            // A semaphore's row has no holder; its expiry (the latest permit's) only keeps the
-            // sweep away from it while permits live.
-            more = if own {
-                ", holder = VALUES(holder), expires_us = VALUES(expires_us)"
-            } else {
-                ", expires_us = GREATEST(expires_us, VALUES(expires_us))"
-            },
-        );
-        let answers = match conn.batch(&sql, deadline) {
-            Ok(a) => a,
-            // The session ends with the failure (it is never reused), and the lock with it.
-            Err(e) => return Err(pools.failed("drawing the fence", &e)),
-        };
-        let Some(fence) = answers.nth_last(1).int(0).filter(|f| *f > 0) else {
+        let fence = upsert.insert_id;
+        if upsert.affected == 0 || fence == 0 {
             // Closing the session frees the lock.
             conn.broken = true;
             return Err(pools.unavailable("the server returned no fence"));
-        };
+        }
         Ok(Turn::Granted(
-            RawLease::new(ask.key.clone(), token, fence as u64, ask.ttl, sent)
-                .with_kind(kind)
-                .with_state(Held { conn, name }),
+            RawLease::new(ask.key.clone(), token, fence, ask.ttl, sent)
+                .with_kind(LeaseKind::Exclusive)
+                .with_state(Held {
+                    conn,
+                    name: name.to_owned(),
+                }),
         ))
+    }
+
+    /// The batch that takes the lock `n` (quoted) by `lock` (an expression that is 1 once the
+    /// lock is this session's) and, if taken, makes its row say this session holds it until the
+    /// TTL, with the next fence in `LAST_INSERT_ID`. The idle limit is set in the same statement
+    /// as `lock` (one statement fewer), so the session never idles holding the lock without it.
+    fn grant_sql(&self, ttl: Ttl, n: &str, lock: &str) -> String {
+        let f = &self.fences;
+        let us = micros(ttl.as_duration());
+        format!(
+            "SET SESSION wait_timeout = {wt}, @leasehold_got = {lock}; \
+             INSERT INTO {f} (name, fence, holder, expires_us) \
+               SELECT {n}, LAST_INSERT_ID({NOW_US}), CONNECTION_ID(), {NOW_US} + {us} FROM DUAL \
+               WHERE @leasehold_got = 1 \
+             ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(GREATEST(fence + 1, VALUES(fence))), \
+               holder = VALUES(holder), expires_us = VALUES(expires_us)",
+            wt = wait_timeout(ttl),
+        )
     }
 
     /// Makes the slot `name` that `conn` just locked a permit of `semaphore`, in one transaction
@@ -355,6 +406,8 @@ impl Named {
         ))
     }
 
+    /// One round trip of two statements: the row cleared (whether the lease was still live read
+    /// from the update's OK packet), then the lock released and the session's idle limit put back.
     pub fn release(&self, pools: &Pools, lease: &mut RawLease) -> Result<()> {
         let deadline = pools.call();
         lease.expire();
@@ -368,31 +421,39 @@ impl Named {
         // The row first (it names this session as the holder), then the lock: an acquirer that
         // ends expired holders does so under the row's lock, so it either sees the row cleared
         // or ends this session before the lock is released and the session goes back to the pool,
-        // never a session that has moved on to another lease.
+        // never a session that has moved on to another lease. The row is cleared whether or not
+        // the lease is still live (a row left naming this session would be such a stale look);
+        // whether it was comes back in the OK packet (`LAST_INSERT_ID(expr)`: 1 live, 0 expired),
+        // and the expiry becomes `LEAST(expires_us, now)`, so the sweep counts from here.
+        //
+        // The lock is released in the statement that puts the idle limit back, its result not
+        // read (one statement fewer): when the update matched, the row named this live session,
+        // which took the lock and lets go of it only here, so the lock was this session's. When
+        // it did not match, the session is closed, which frees whatever it held.
         let sql = format!(
-            "SELECT expires_us > {NOW_US} FROM {f} WHERE name = {n} AND holder = CONNECTION_ID(); \
-             UPDATE {f} SET holder = 0, expires_us = LEAST(expires_us, {NOW_US}) \
-               WHERE name = {n} AND holder = CONNECTION_ID(); \
-             SELECT RELEASE_LOCK({n}); \
-             SET SESSION wait_timeout = DEFAULT"
+            "UPDATE {f} SET \
+               expires_us = IF(LAST_INSERT_ID(expires_us > {NOW_US}), {NOW_US}, expires_us), \
+               holder = 0 WHERE name = {n} AND holder = CONNECTION_ID(); \
+             SET SESSION wait_timeout = DEFAULT, @leasehold_released = RELEASE_LOCK({n})"
         );
         let outcome = held.conn.batch(&sql, deadline);
-        if outcome.is_ok() {
-            self.sweep(&mut held.conn, deadline);
-        }
         match outcome {
-            Ok(answers) => match (answers[0].int(0), answers[2].int(0)) {
-                (Some(1), Some(1)) => Ok(()),
-                (_, Some(1)) => Err(Error::Lost(
-                    "the lease had expired before its release (the lock is freed now)".into(),
-                )),
-                _ => {
-                    held.conn.broken = true;
+            Ok(answers) if answers[0].affected == 1 => {
+                self.sweep(&mut held.conn, deadline);
+                if answers[0].insert_id == 1 {
+                    Ok(())
+                } else {
                     Err(Error::Lost(
-                        "this session no longer held the named lock".into(),
+                        "the lease had expired before its release (the lock is freed now)".into(),
                     ))
                 }
-            },
+            }
+            Ok(_) => {
+                held.conn.broken = true;
+                Err(Error::Lost(
+                    "the lease's row no longer named this session (its lock is freed now)".into(),
+                ))
+            }
             Err(Failure::Timeout) => Err(pools.failed("releasing", &Failure::Timeout)),
             Err(e) => Err(pools.lost(format!("the session holding the lock ended: {e}"))),
         }

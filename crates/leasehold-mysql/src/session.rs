@@ -27,6 +27,10 @@ pub(crate) struct Answer {
     pub rows: Vec<Vec<Value>>,
     /// Rows matched (the session asks for found rows, so an update to the same value counts).
     pub affected: u64,
+    /// The OK packet's insert id: what the statement gave `LAST_INSERT_ID(expr)` (none of the
+    /// crate's tables has an AUTO_INCREMENT column), 0 if it did not. A statement hands back a
+    /// value this way without a second statement to read it.
+    pub insert_id: u64,
 }
 
 /// The answers of a batch, one per statement. Reading past the end gives an empty answer (no rows,
@@ -38,6 +42,7 @@ pub(crate) struct Answers(Vec<Answer>);
 static NO_ANSWER: Answer = Answer {
     rows: Vec::new(),
     affected: 0,
+    insert_id: 0,
 };
 
 impl Answers {
@@ -183,12 +188,17 @@ impl Session {
         let mut answers = Vec::new();
         while let Some(set) = result.iter() {
             let affected = set.affected_rows();
+            let insert_id = set.last_insert_id().unwrap_or(0);
             let mut rows = Vec::new();
             for row in set {
                 // `Row::unwrap` hands over the row's values (it cannot fail).
                 rows.push(row.map_err(Failure::of)?.unwrap());
             }
-            answers.push(Answer { rows, affected });
+            answers.push(Answer {
+                rows,
+                affected,
+                insert_id,
+            });
         }
         Ok(Answers(answers))
     }

@@ -26,10 +26,20 @@ struct Entry {
 }
 
 struct Watch {
-    entries: Mutex<Vec<Entry>>,
+    entries: Mutex<Entries>,
     wake: Condvar,
     running: AtomicBool,
     next_id: AtomicU64,
+}
+
+/// The sockets watched, and when the thread looks at them next.
+struct Entries {
+    list: Vec<Entry>,
+    /// When the thread wakes by itself (`None`: it waits until woken). A new deadline later than
+    /// this needs no wake-up: the thread will see it then. Round trips come one after another
+    /// with deadlines that grow, so most never wake the thread (a wake-up per round trip cost a
+    /// context switch each, on the CPU the client and the server share).
+    wakes_at: Option<Instant>,
 }
 
 static CURRENT: PerProcess<Watch> = PerProcess::new();
@@ -51,14 +61,17 @@ impl Guard {
 impl Drop for Guard {
     fn drop(&mut self) {
         let mut entries = self.watch.entries.lock().unwrap_or_else(|p| p.into_inner());
-        entries.retain(|e| e.id != self.id);
+        entries.list.retain(|e| e.id != self.id);
     }
 }
 
 /// Watches `fd` until `at`; `None` when this process has no watchdog thread.
 pub(crate) fn watch(fd: RawFd, at: Instant) -> Option<Guard> {
     let (watch, made) = CURRENT.get(|| Watch {
-        entries: Mutex::new(Vec::new()),
+        entries: Mutex::new(Entries {
+            list: Vec::new(),
+            wakes_at: None,
+        }),
         wake: Condvar::new(),
         running: AtomicBool::new(false),
         next_id: AtomicU64::new(0),
@@ -72,14 +85,21 @@ pub(crate) fn watch(fd: RawFd, at: Instant) -> Option<Guard> {
     let fired = Arc::new(AtomicBool::new(false));
     let id = watch.next_id.fetch_add(1, Ordering::Relaxed);
     let mut entries = watch.entries.lock().unwrap_or_else(|p| p.into_inner());
-    entries.push(Entry {
+    entries.list.push(Entry {
         id,
         at,
         fd,
         fired: fired.clone(),
     });
+    let wake = entries.wakes_at.is_none_or(|t| at < t);
+    if wake {
+        // Until the thread has looked again, it wakes for this one at the latest.
+        entries.wakes_at = Some(at);
+    }
     drop(entries);
-    watch.wake.notify_one();
+    if wake {
+        watch.wake.notify_one();
+    }
     Some(Guard { id, watch, fired })
 }
 
@@ -128,7 +148,7 @@ impl Watch {
             // Shut down every socket whose deadline has passed, under the lock: a guard removes its
             // entry (and only then may its socket close) under the same lock, so the descriptor is
             // still the session's.
-            entries.retain(|e| {
+            entries.list.retain(|e| {
                 if e.at > now {
                     return true;
                 }
@@ -139,7 +159,14 @@ impl Watch {
                 }
                 false
             });
-            entries = match entries.iter().map(|e| e.at).min() {
+            // The earliest deadline; with none left, the time it meant to wake anyway (a round
+            // trip that starts before then need not wake it), and once that has passed, none.
+            let next = match entries.list.iter().map(|e| e.at).min() {
+                Some(at) => Some(at),
+                None => entries.wakes_at.filter(|t| *t > now),
+            };
+            entries.wakes_at = next;
+            entries = match next {
                 None => self.wake.wait(entries).unwrap_or_else(|p| p.into_inner()),
                 Some(at) => {
                     let wait = at.saturating_duration_since(Instant::now());

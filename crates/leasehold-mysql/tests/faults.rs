@@ -260,3 +260,119 @@ fn client_works_in_a_forked_child_without_touching_the_parents_sessions() {
         c.try_acquire(&child_key, LONG).unwrap().release().unwrap();
     }
 }
+
+/// A lease's session gets the server's idle limit `wait_timeout` = TTL + 1 s, and a pooled session
+/// gets the server's default back, both after a release and after an attempt that found the lock
+/// taken (its batch set the limit before it knew): otherwise the server would end idle pooled
+/// sessions a second past the TTL, logging each as an aborted connection. A session left idle past
+/// its limit on purpose shows that the log would say so. The row of a released lease names no
+/// holder, and the fence the acquire returned is the row's; a lease released after its expiry is
+/// `Lost`, its lock and row freed all the same.
+#[test]
+fn named_sessions_idle_in_the_pool_with_the_servers_limit() {
+    let server = MariaDbServer::start();
+    let c = client(&server, "lock=named&pool_size=1");
+    let mut admin = admin(&server);
+    let short = Duration::from_secs(1);
+
+    // An attempt that finds the lock held (by a SQL job) gets nothing and writes nothing.
+    let key = unique_key("idle-taken");
+    let name = lock_name(format!("leasehold:{key}").as_bytes());
+    let got: Option<i64> = admin
+        .query_first(format!("SELECT GET_LOCK('{name}', 0)"))
+        .unwrap()
+        .flatten();
+    assert_eq!(got, Some(1));
+    assert_eq!(
+        c.try_acquire(&key, short).unwrap_err().kind(),
+        ErrorKind::NotAcquired
+    );
+    let rows: Option<i64> = admin
+        .query_first(format!(
+            "SELECT COUNT(*) FROM leasehold_locks_fences WHERE name = '{name}'"
+        ))
+        .unwrap();
+    assert_eq!(rows, Some(0), "a refused attempt writes no row");
+    idle_past_the_lease_limit(&server, "after a refused attempt");
+    admin
+        .query_drop(format!("DO RELEASE_LOCK('{name}')"))
+        .unwrap();
+
+    // A granted lease: its fence is the row's; released, the row names nobody.
+    let lease = c.try_acquire(&key, short).unwrap();
+    let row: Option<(u64, u64)> = admin
+        .query_first(format!(
+            "SELECT fence, holder FROM leasehold_locks_fences WHERE name = '{name}'"
+        ))
+        .unwrap();
+    let (fence, holder) = row.expect("the lease's row");
+    assert_eq!(fence, lease.fence());
+    let user: Option<u64> = admin
+        .query_first(format!("SELECT IS_USED_LOCK('{name}')"))
+        .unwrap()
+        .flatten();
+    assert_eq!(Some(holder), user, "the row names the lock's session");
+    lease.release().unwrap();
+    let row: Option<(u64, i64)> = admin
+        .query_first(format!(
+            "SELECT holder, expires_us <= UNIX_TIMESTAMP() * 1000000 + MICROSECOND(NOW(6)) \
+             FROM leasehold_locks_fences WHERE name = '{name}'"
+        ))
+        .unwrap();
+    assert_eq!(
+        row,
+        Some((0, 1)),
+        "a released row names nobody and has ended"
+    );
+
+    // A lease that expired with nobody taking it over: its release says Lost, and frees the lock
+    // and the row all the same.
+    let expired = c.try_acquire(&key, Duration::from_millis(100)).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(expired.release().unwrap_err().kind(), ErrorKind::Lost);
+    let free: Option<i64> = admin
+        .query_first(format!("SELECT IS_FREE_LOCK('{name}')"))
+        .unwrap()
+        .flatten();
+    assert_eq!(free, Some(1), "the expired lease's release frees the lock");
+    let holder: Option<u64> = admin
+        .query_first(format!(
+            "SELECT holder FROM leasehold_locks_fences WHERE name = '{name}'"
+        ))
+        .unwrap();
+    assert_eq!(holder, Some(0));
+    idle_past_the_lease_limit(&server, "after a release");
+
+    // The one pooled session the server kept serves the next lease.
+    let again = c.try_acquire(&key, short).unwrap();
+    assert!(again.fence() > fence);
+    again.release().unwrap();
+}
+
+/// Leaves the client's pooled session idle past a 1 s lease's limit (2 s) beside a session of the
+/// test account whose limit is 1 s, and checks that the server ended (and logged) that one only.
+fn idle_past_the_lease_limit(server: &MariaDbServer, when: &str) {
+    let aborted = || {
+        server
+            .log()
+            .unwrap_or_default()
+            .matches("Aborted connection")
+            .count()
+    };
+    let before = aborted();
+    let mut control = admin(server);
+    control.query_drop("SET SESSION wait_timeout = 1").unwrap();
+    std::thread::sleep(Duration::from_millis(3500));
+    assert!(control.query_drop("DO 1").is_err(), "the server ended it");
+    assert!(
+        wait_until(Duration::from_secs(5), || aborted() > before),
+        "the server logs a session it ends for idling"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        aborted(),
+        before + 1,
+        "{when}: the pooled session kept a lease's limit: {:?}",
+        server.log()
+    );
+}
