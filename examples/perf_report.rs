@@ -320,11 +320,21 @@ fn rows(inputs: &Inputs) -> Vec<Row> {
             ));
         }
     }
+    let advisory = inputs.need("postgres/advisory");
     rows.push(Row::paired(
         "PG advisory cycle",
         "PostgreSQL advisory cycle (fresh keys)",
         "bare `pg_try_advisory_lock` + `pg_advisory_unlock`, one connection",
-        inputs.need("postgres/advisory"),
+        advisory,
+        Target::None,
+    ));
+    // PostgreSQL's own client running the same pair: the floor from outside the library.
+    rows.push(Row::custom(
+        "PG advisory vs pgbench",
+        "PostgreSQL advisory cycle (the criterion median above)".into(),
+        "`pgbench -c 1` of `SELECT pg_try_advisory_lock(42); SELECT pg_advisory_unlock(42);` (average)",
+        advisory.figure,
+        Some(Amount::Micros(num(&inputs.custom["pgbench"], "latency_us"))),
         Target::AtMost(1.1),
     ));
     rows.push(Row::paired(

@@ -655,6 +655,8 @@ $md[] = '';
 $md[] = sprintf('- PHP cycle ÷ two raw PINGs: **%.2f** (%.1f µs ÷ %.1f µs; target ≤ 1.15)', $php / $p50['ping'], $php,
     $p50['ping']);
 if (isset($p50['c'])) {
+    $md[] = sprintf('- C cycle ÷ two raw PINGs: **%.2f** (%.1f µs ÷ %.1f µs; target ≤ 1.05)', $p50['c'] / $p50['ping'],
+        $p50['c'], $p50['ping']);
     $md[] = sprintf('- PHP cycle ÷ C cycle: **%.2f** (%.1f µs ÷ %.1f µs; target ≤ 1.1)', $php / $p50['c'], $php,
         $p50['c']);
 }

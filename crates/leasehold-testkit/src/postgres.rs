@@ -230,6 +230,11 @@ impl PostgresServer {
         self.external.is_some()
     }
 
+    /// A program of the PostgreSQL installation the servers run from (`pgbench`, `psql`, …).
+    pub fn program(name: &str) -> PathBuf {
+        bin_dir().join(name)
+    }
+
     /// `postgres://postgres@127.0.0.1:PORT/postgres`, plus `query` when not empty.
     pub fn url(&self) -> String {
         self.url_with("")
