@@ -7,7 +7,6 @@
 //!   raw round trip to the same server (`PING` on a raw socket; a prepared `SELECT 1` on PostgreSQL),
 //!   taken just before and just after the row, and, on Redis, the sleeping-client floor taken after it
 //!   (a reader blocked in `BLPOP` woken by an `LPUSH` from another connection: p50 and p99);
-//! - pgbench: `pgbench -c 1` of an advisory lock and unlock, the PostgreSQL advisory cycle's floor;
 //! - load: `leasehold bench` (the CLI, `LEASEHOLD_BIN`) with 50 workers on random keys of 1,000,000,
 //!   beside `redis-benchmark -c 50` running `EVALSHA` of a script that does one `SET` on random keys,
 //!   run before and after it on the same server.
@@ -128,8 +127,7 @@ fn main() {
     }
 
     let load = load(&redis, duration);
-    let pgbench = pgbench(&pg, &dir, duration);
-    let report = json!({ "handoff": handoff, "load": load, "pgbench": pgbench });
+    let report = json!({ "handoff": handoff, "load": load });
     if let Some(parent) = out.parent() {
         std::fs::create_dir_all(parent).expect("output directory");
     }
@@ -260,61 +258,6 @@ impl Rtt {
         times.sort_unstable();
         Some((times[WAKES / 2], times[WAKES * 99 / 100]))
     }
-}
-
-/// PostgreSQL's own client as the advisory cycle's floor: `pgbench -c 1` (its default, simple
-/// protocol) running `SELECT pg_try_advisory_lock(42); SELECT pg_advisory_unlock(42);` as one
-/// transaction, for `duration`. Its average latency is one lock and unlock, two round trips.
-fn pgbench(server: &PostgresServer, dir: &TempDir, duration: Duration) -> Value {
-    let script = dir.path().join("advisory.sql");
-    std::fs::write(
-        &script,
-        "SELECT pg_try_advisory_lock(42);\nSELECT pg_advisory_unlock(42);\n",
-    )
-    .expect("write the pgbench script");
-    let bin = PostgresServer::program("pgbench");
-    let out = Command::new(&bin)
-        .args([
-            "-n",
-            "-c",
-            "1",
-            "-T",
-            &duration.as_secs().max(1).to_string(),
-        ])
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &server.port().to_string(),
-            "-U",
-            "postgres",
-        ])
-        .arg("-f")
-        .arg(&script)
-        .arg("postgres")
-        .output()
-        .unwrap_or_else(|e| panic!("run {}: {e}", bin.display()));
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "pgbench failed: {text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // `latency average = 0.052 ms`
-    let ms: f64 = text
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("latency average = ")?
-                .strip_suffix(" ms")?
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("no latency average in pgbench's output: {text}"));
-    println!(
-        "pgbench -c 1, advisory lock + unlock: {:.1} µs a transaction",
-        ms * 1e3
-    );
-    json!({ "latency_us": ms * 1e3 })
 }
 
 /// `leasehold bench` with 50 workers on random keys, between two `redis-benchmark -c 50` runs of
