@@ -81,7 +81,7 @@ fn main() {
         // On the single server, the server's own time per acquisition too (`INFO commandstats`).
         let counted = (*name == "redis").then_some(&redis);
         if let Some(server) = counted {
-            server.command(&[b"CONFIG", b"RESETSTAT"]);
+            server.reset_stats();
         }
         let records = contend::run(
             &exe,
@@ -93,7 +93,7 @@ fn main() {
             HOLD,
             Waiting::Native,
         );
-        let server_us = counted.map(|server| server_usec(server) / records.len().max(1) as f64);
+        let server_us = counted.map(|server| server.busy_usec() / records.len().max(1) as f64);
         let after = rtt.median();
         // The sleeping-client floor, right after the row: how fast the server can wake a client
         // blocked on it at all, which every handoff by wake-up pays once.
@@ -193,24 +193,6 @@ impl Rtt {
         times.sort_unstable();
         Some(times[times.len() / 2])
     }
-}
-
-/// The microseconds a Redis server spent running commands since its last `CONFIG RESETSTAT`,
-/// this call's `INFO` and that `CONFIG` aside.
-fn server_usec(server: &RedisServer) -> f64 {
-    server
-        .command(&[b"INFO", b"commandstats"])
-        .lines()
-        .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_config"))
-        .filter_map(|l| {
-            l.split(",usec=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<f64>()
-                .ok()
-        })
-        .sum()
 }
 
 /// How many times the sleeping-client floor wakes its reader.

@@ -168,29 +168,16 @@ fn single(c: &mut Criterion) {
 /// Operations `op` runs for [`profile`].
 const PROFILED: u32 = 5_000;
 
-/// The server's time (its `INFO commandstats` microseconds, reset first) and this thread's CPU
+/// The server's time (`RedisServer::busy_usec`, reset first) and this thread's CPU
 /// time, in µs per run of `op`, over [`PROFILED`] runs.
 fn profile(server: &RedisServer, mut op: impl FnMut()) -> (f64, f64) {
-    server.command(&[b"CONFIG", b"RESETSTAT"]);
+    server.reset_stats();
     let cpu_before = thread_cpu();
     for _ in 0..PROFILED {
         op();
     }
     let cpu = thread_cpu() - cpu_before;
-    let stats = server.command(&[b"INFO", b"commandstats"]);
-    // `cmdstat_<name>:calls=N,usec=N,…`, the INFO and CONFIG calls of this measure aside.
-    let usec: f64 = stats
-        .lines()
-        .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_config"))
-        .filter_map(|l| {
-            l.split(",usec=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<f64>()
-                .ok()
-        })
-        .sum();
+    let usec = server.busy_usec();
     let n = f64::from(PROFILED);
     (usec / n, cpu.as_secs_f64() * 1e6 / n)
 }

@@ -355,6 +355,28 @@ impl RedisServer {
         }
     }
 
+    /// Zeroes the server's command statistics, which [`RedisServer::busy_usec`] reads.
+    pub fn reset_stats(&self) {
+        self.command(&[b"CONFIG", b"RESETSTAT"]);
+    }
+
+    /// The microseconds the server has spent running commands (scripts with what they call) since
+    /// [`RedisServer::reset_stats`], from `INFO commandstats`; the `CONFIG` call that reset them aside.
+    pub fn busy_usec(&self) -> f64 {
+        self.command(&[b"INFO", b"commandstats"])
+            .lines()
+            .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_config"))
+            .filter_map(|l| {
+                l.split(",usec=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<f64>()
+                    .ok()
+            })
+            .sum()
+    }
+
     /// Runs one command through a raw RESP connection (no client library), for test setup and checks,
     /// and returns the reply as RESP text. On a TLS server it goes through `redis-cli --tls` (the
     /// testkit has no TLS of its own), whose reply is its raw output instead: bulk strings as they
