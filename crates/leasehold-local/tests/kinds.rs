@@ -3,15 +3,13 @@
 //! counters every process maps, and report on stdout.
 
 mod common;
+#[path = "../../leasehold-testkit/support/kinds_in_processes.rs"]
+mod procs;
 
 use common::{temp_dir, FileUrl};
 use leasehold_core::{Client, Config, ErrorKind, MAX_PERMITS};
 use leasehold_local::{LocalBackend, MAX_HOLDERS};
-use leasehold_testkit::processes::{
-    self, num, spin, var, Counters, Worker, CYCLES_DONE, ENTERS, INSIDE, MOST, OVERLAPS, STOP,
-    WRITERS,
-};
-use std::sync::atomic::Ordering::SeqCst;
+use leasehold_testkit::processes::{self, Worker};
 use std::time::{Duration, Instant};
 
 const LONG: Duration = Duration::from_secs(30);
@@ -23,223 +21,27 @@ fn client(url: &str) -> Client {
 /// Not a test of its own: the body of every worker process. Outside a worker it does nothing.
 #[test]
 fn child_worker() {
-    let Some(mode) = processes::worker_mode() else {
-        return;
-    };
-    let c = client(&processes::worker_url());
-    let key = var("KEY");
-    match mode.as_str() {
-        // CYCLES permits of a semaphore of PERMITS, each held HOLD_US
-        "permit" => {
-            let shared = Counters::open(var("SHARED").as_ref());
-            let permits = num("PERMITS") as u32;
-            for _ in 0..num("CYCLES") {
-                let p = c
-                    .acquire_permit(&key, permits, LONG, Duration::from_secs(60))
-                    .expect("a permit within the wait");
-                shared.enter();
-                spin(Duration::from_micros(num("HOLD_US")));
-                shared.leave();
-                p.release().expect("release the permit");
-                shared.at(CYCLES_DONE).fetch_add(1, SeqCst);
-            }
-            println!("@@ done");
-        }
-        // CYCLES shared or exclusive leases (WRITER=1), each checking nobody overlaps a writer
-        "rw" => {
-            let shared = Counters::open(var("SHARED").as_ref());
-            let writer = num("WRITER") == 1;
-            for _ in 0..num("CYCLES") {
-                if writer {
-                    let w = c
-                        .acquire(&key, LONG, Duration::from_secs(60))
-                        .expect("writer");
-                    let others = shared.at(WRITERS).fetch_add(1, SeqCst);
-                    if others != 0 || shared.get(INSIDE) != 0 {
-                        shared.at(OVERLAPS).fetch_add(1, SeqCst);
-                    }
-                    spin(Duration::from_micros(num("HOLD_US")));
-                    shared.at(WRITERS).fetch_sub(1, SeqCst);
-                    w.release().expect("writer release");
-                } else {
-                    let r = c
-                        .acquire_shared(&key, LONG, Duration::from_secs(60))
-                        .expect("reader");
-                    shared.enter();
-                    if shared.get(WRITERS) != 0 {
-                        shared.at(OVERLAPS).fetch_add(1, SeqCst);
-                    }
-                    spin(Duration::from_micros(num("HOLD_US")));
-                    shared.leave();
-                    r.release().expect("reader release");
-                }
-                shared.at(CYCLES_DONE).fetch_add(1, SeqCst);
-            }
-            println!("@@ done");
-        }
-        // shared leases held HOLD_MS each, back to back, until the parent sets STOP
-        "reader-stream" => {
-            let shared = Counters::open(var("SHARED").as_ref());
-            println!("@@ reading");
-            while shared.get(STOP) == 0 {
-                let r = c
-                    .acquire_shared(&key, LONG, Duration::from_secs(20))
-                    .expect("reader");
-                shared.enter();
-                std::thread::sleep(Duration::from_millis(num("HOLD_MS")));
-                shared.leave();
-                r.release().expect("reader release");
-                shared.at(CYCLES_DONE).fetch_add(1, SeqCst);
-            }
-            println!("@@ done");
-        }
-        // take a permit, report, then wait to be killed
-        "hold-permit" => {
-            let ttl = Duration::from_millis(num("TTL_MS"));
-            let p = c
-                .try_acquire_permit(&key, num("PERMITS") as u32, ttl)
-                .expect("child takes a permit");
-            println!("@@ {}", p.fence());
-            std::thread::sleep(Duration::from_secs(60));
-        }
-        other => panic!("unknown child mode {other}"),
+    if let Some(mode) = processes::worker_mode() {
+        procs::worker(&mode, &client(&processes::worker_url()));
     }
 }
 
-/// 8 processes x 200 cycles on a semaphore of 3: never a 4th holder, no cycle lost, and the
-/// permits really are shared (3 inside at once at some point).
 #[test]
 fn eight_processes_on_a_semaphore_of_3_never_see_a_4th_holder() {
     let dir = temp_dir("kinds-semaphore");
-    let url = dir.file_url();
-    let counters = dir.path().join("counters");
-    let shared = Counters::create(&counters);
-    let args = [
-        ("KEY", "sem:procs".to_owned()),
-        ("SHARED", counters.display().to_string()),
-        ("PERMITS", "3".to_owned()),
-        ("CYCLES", "200".to_owned()),
-        ("HOLD_US", "200".to_owned()),
-    ];
-    let started = Instant::now();
-    let mut workers: Vec<_> = (0..8)
-        .map(|_| Worker::spawn("permit", &url, &args))
-        .collect();
-    for worker in &mut workers {
-        assert_eq!(worker.report(), "done");
-        worker.finish();
-    }
-    let (most, cycles) = (shared.get(MOST), shared.get(CYCLES_DONE));
-    eprintln!(
-        "8 processes x 200 permits of 3: {:?}, at most {most} inside",
-        started.elapsed()
-    );
-    assert!(most <= 3, "{most} holders at once on a semaphore of 3");
-    assert_eq!(most, 3, "the three permits were never all in use at once");
-    assert_eq!(cycles, 1600, "cycles lost");
-    assert_eq!(shared.get(INSIDE), 0);
-    let c = client(&url);
-    assert!(!c.inspect_semaphore("sem:procs").unwrap().held);
+    procs::semaphore_in_processes(&dir.file_url(), client, 8, 200, Duration::from_micros(200));
 }
 
-/// 4 reader and 2 writer processes: readers share the key, nobody is ever inside beside a
-/// writer, and every cycle completes.
 #[test]
 fn readers_and_writers_in_processes_never_overlap_a_writer() {
     let dir = temp_dir("kinds-rw");
-    let url = dir.file_url();
-    let counters = dir.path().join("counters");
-    let shared = Counters::create(&counters);
-    let common = |writer: bool| {
-        vec![
-            ("KEY", "rw:procs".to_owned()),
-            ("SHARED", counters.display().to_string()),
-            ("WRITER", if writer { "1" } else { "0" }.to_owned()),
-            ("CYCLES", if writer { "60" } else { "150" }.to_owned()),
-            ("HOLD_US", "300".to_owned()),
-        ]
-    };
-    let mut workers: Vec<_> = (0..6)
-        .map(|i| Worker::spawn("rw", &url, &common(i % 3 == 0)))
-        .collect();
-    for worker in &mut workers {
-        assert_eq!(worker.report(), "done");
-        worker.finish();
-    }
-    assert_eq!(
-        shared.get(OVERLAPS),
-        0,
-        "someone was inside beside a writer"
-    );
-    assert_eq!(shared.get(CYCLES_DONE), 2 * 60 + 4 * 150, "cycles lost");
-    assert!(
-        shared.get(MOST) >= 2,
-        "readers never shared the key (at most {} at once)",
-        shared.get(MOST)
-    );
+    procs::readers_and_writers(&dir.file_url(), 60, 150);
 }
 
-/// Readers in 4 processes keep the key shared without a gap (each holds 30 ms, back to back, so
-/// with readers preferred a writer would wait for ever); a writer still gets in within a bounded
-/// time, because readers that come after it wait behind it.
 #[test]
 fn a_writer_gets_in_under_a_continuous_stream_of_readers() {
     let dir = temp_dir("kinds-stream");
-    let url = dir.file_url();
-    let counters = dir.path().join("counters");
-    let shared = Counters::create(&counters);
-    let args = [
-        ("KEY", "stream:procs".to_owned()),
-        ("SHARED", counters.display().to_string()),
-        ("HOLD_MS", "30".to_owned()),
-    ];
-    let mut workers: Vec<_> = (0..4)
-        .map(|_| Worker::spawn("reader-stream", &url, &args))
-        .collect();
-    for worker in &mut workers {
-        assert_eq!(worker.report(), "reading");
-    }
-    let c = client(&url);
-    // Let the stream run until readers overlap.
-    let start = Instant::now();
-    while shared.get(MOST) < 2 && start.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert!(shared.get(MOST) >= 2, "the readers never overlapped");
-    assert_eq!(
-        c.try_acquire("stream:procs", LONG).unwrap_err().kind(),
-        ErrorKind::NotAcquired,
-        "the readers hold the key"
-    );
-    let asked = Instant::now();
-    let w = c
-        .acquire("stream:procs", LONG, Duration::from_secs(10))
-        .expect("the writer gets in under the stream");
-    let waited = asked.elapsed();
-    let readers_inside = shared.get(INSIDE);
-    // Entries, not completed cycles: a reader counts its cycle after its release, which may come
-    // after the writer got in (that reader was out before the writer, not beside it).
-    let enters_before = shared.get(ENTERS);
-    std::thread::sleep(Duration::from_millis(50));
-    let enters_while_held = shared.get(ENTERS) - enters_before;
-    w.release().unwrap();
-    shared.at(STOP).store(1, SeqCst);
-    for worker in &mut workers {
-        assert_eq!(worker.report(), "done");
-        worker.finish();
-    }
-    eprintln!("writer waited {waited:?} under 4 reader processes");
-    assert_eq!(readers_inside, 0, "a reader was inside with the writer");
-    assert_eq!(
-        enters_while_held, 0,
-        "a reader got in while the writer held"
-    );
-    // Each reader holds 30 ms and none may start after the writer queued: the writer waits for
-    // the readers inside at most, plus scheduling.
-    assert!(
-        waited < Duration::from_secs(3),
-        "the writer waited {waited:?}"
-    );
+    procs::writer_under_reader_stream(&dir.file_url(), client);
 }
 
 /// A SIGKILLed process's permit still counts until its TTL runs out (the backend cannot tell a
