@@ -16,7 +16,8 @@
 //!
 //! Then a breakdown (`breakdown.json` beside them): the pieces of the cycle timed in alternation, on
 //! one connection (the row write, fresh or reused rows, the explicit transaction, text or prepared,
-//! one more statement in a batch, the release's row update, named mode's SQL without the library).
+//! one more statement in a batch, the release's row update) beside both modes' cycles through the
+//! library.
 //!
 //! Each figure is timed in alternation with its floor (../leasehold-testkit/bench/paired.rs):
 //! `target/criterion/mysql/<bench>/new/estimates.json` is the figure, `paired.json` beside it the
@@ -303,15 +304,6 @@ fn breakdown(raw: &RefCell<Raw>, fresh: &dyn Fn() -> String, named: &Client, tab
             }),
         ),
         (
-            "named mode's two batches on this connection (no library)",
-            Box::new(|| {
-                let n = quoted(&fresh());
-                let mut raw = raw.borrow_mut();
-                raw.text(&named_take_sql(&n));
-                raw.text(&named_release_sql(&n));
-            }),
-        ),
-        (
             "named cycle (the library)",
             Box::new(paired::fresh_cycle(named, "bench-named-b", TTL)),
         ),
@@ -366,30 +358,6 @@ fn breakdown(raw: &RefCell<Raw>, fresh: &dyn Fn() -> String, named: &Client, tab
 
 const PIECE_ROUNDS: usize = 15;
 const PIECE_OPS: usize = 100;
-
-/// Named mode's acquire batch (src/named.rs `grant_sql`, a TTL of [`TTL`]).
-fn named_take_sql(n: &str) -> String {
-    format!(
-        "SET SESSION wait_timeout = {wt}, @leasehold_got = GET_LOCK({n}, 0); \
-         INSERT INTO {FENCES} (name, fence, holder, expires_us) \
-           SELECT {n}, LAST_INSERT_ID({NOW_US}), CONNECTION_ID(), {NOW_US} + {ttl} FROM DUAL \
-           WHERE @leasehold_got = 1 \
-         ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(GREATEST(fence + 1, VALUES(fence))), \
-           holder = VALUES(holder), expires_us = VALUES(expires_us)",
-        wt = TTL.as_secs() + 1,
-        ttl = TTL.as_micros()
-    )
-}
-
-/// Named mode's release batch (src/named.rs `release`).
-fn named_release_sql(n: &str) -> String {
-    format!(
-        "UPDATE {FENCES} SET \
-           expires_us = IF(LAST_INSERT_ID(expires_us > {NOW_US}), {NOW_US}, expires_us), \
-           holder = 0 WHERE name = {n} AND holder = CONNECTION_ID(); \
-         SET SESSION wait_timeout = DEFAULT, @leasehold_released = RELEASE_LOCK({n})"
-    )
-}
 
 /// A loopback proxy in front of the server that counts the commands clients send. In the MySQL
 /// protocol a command is a packet with sequence number 0 (the packets of a handshake, and of one
