@@ -202,6 +202,18 @@ fn num(v: &Value, field: &str) -> f64 {
         .unwrap_or_else(|| panic!("perf_run's JSON: no number `{field}` in {v}"))
 }
 
+/// "; N transactions per acquisition (advisory: M)" where the run counted them.
+fn transactions(inputs: &Inputs, backend: &str) -> String {
+    let per = |b: &str| inputs.handoff(b)["transactions_per_acquisition"].as_f64();
+    match (per(backend), per("postgres-advisory")) {
+        (Some(n), Some(a)) if backend != "postgres-advisory" => {
+            format!("; the server ran {n:.1} transactions per acquisition, advisory {a:.1}")
+        }
+        (Some(n), _) => format!("; the server ran {n:.1} transactions per acquisition"),
+        _ => String::new(),
+    }
+}
+
 fn handoff_row(
     inputs: &Inputs,
     backend: &str,
@@ -213,9 +225,10 @@ fn handoff_row(
     Row::custom(
         short,
         format!(
-            "{name} handoff p50, {} processes (p99 {:.0} µs)",
+            "{name} handoff p50, {} processes (p99 {:.0} µs{})",
             num(h, "workers"),
-            num(h, "p99_us")
+            num(h, "p99_us"),
+            transactions(inputs, backend)
         ),
         rtt_of,
         Amount::Micros(num(h, "p50_us")),
@@ -279,9 +292,20 @@ fn rows(inputs: &Inputs) -> Vec<Row> {
             Target::AtMost(target),
         ));
     }
+    let redlock_profile = inputs
+        .json("redlock5/cycle", "profile.json")
+        .map_or_else(String::new, |(_, p)| {
+            format!(
+                "; CPU per cycle: 5 servers {:.0} µs, client {:.0} µs; per floor operation {:.0} and {:.0}",
+                num(&p, "servers_cpu_us_per_cycle"),
+                num(&p, "client_cpu_us_per_cycle"),
+                num(&p, "servers_cpu_us_per_floor"),
+                num(&p, "client_cpu_us_per_floor")
+            )
+        });
     rows.push(Row::paired(
         "Redlock(5) cycle",
-        "Redlock(5) cycle (fresh keys)",
+        &format!("Redlock(5) cycle (fresh keys{redlock_profile})"),
         "`SET NX PX` then `DEL` written to all 5 nodes at once, one thread",
         inputs.need("redlock5/cycle"),
         Target::AtMost(1.15),
@@ -426,9 +450,10 @@ fn rows(inputs: &Inputs) -> Vec<Row> {
     rows.push(Row::custom(
         "PG table handoff p50",
         format!(
-            "PostgreSQL table handoff p50, {} processes (p99 {:.0} µs)",
+            "PostgreSQL table handoff p50, {} processes (p99 {:.0} µs{})",
             num(table, "workers"),
-            num(table, "p99_us")
+            num(table, "p99_us"),
+            transactions(inputs, "postgres-table")
         ),
         "PostgreSQL advisory handoff p50 (same run)",
         Amount::Micros(num(table, "p50_us")),
@@ -438,12 +463,32 @@ fn rows(inputs: &Inputs) -> Vec<Row> {
         ))),
         Target::AtMost(1.5),
     ));
+    // Which file system each pair ran on, as the bench found it.
+    let local_fs = inputs.json("local", "file_systems.json");
+    let on = |which: &str| {
+        local_fs.as_ref().map_or_else(String::new, |(_, fs)| {
+            format!(", on {}", fs[which].as_str().unwrap_or("?"))
+        })
+    };
     rows.push(Row::paired(
         "Local fresh cycle",
-        "Local cycle, fresh key (record created)",
-        "local cycle, known key",
+        &format!(
+            "Local cycle, fresh key (record created and deleted{}: the default directory /run/lock is a tmpfs)",
+            on("fresh")
+        ),
+        "local cycle, known key, same directory",
         inputs.need("local/fresh"),
         Target::AtMost(1.5),
+    ));
+    rows.push(Row::paired(
+        "Local fresh cycle, disk",
+        &format!(
+            "Local cycle, fresh key (record created and deleted{}: a journalled inode each)",
+            on("fresh_disk")
+        ),
+        "local cycle, known key, same directory",
+        inputs.need("local/fresh_disk"),
+        Target::None,
     ));
     rows.push(handoff_row(
         inputs,

@@ -83,6 +83,9 @@ fn main() {
         if let Some(server) = counted {
             server.reset_stats();
         }
+        // On PostgreSQL, the transactions the server ran per acquisition: each is one statement
+        // batch, so one round trip of some client.
+        let pg_transactions = name.starts_with("postgres").then(|| transactions(&pg));
         let records = contend::run(
             &exe,
             &[],
@@ -94,6 +97,8 @@ fn main() {
             Waiting::Native,
         );
         let server_us = counted.map(|server| server.busy_usec() / records.len().max(1) as f64);
+        let transactions_per_acquisition = pg_transactions
+            .map(|before| (transactions(&pg) - before) / records.len().max(1) as f64);
         let after = rtt.median();
         // The sleeping-client floor, right after the row: how fast the server can wake a client
         // blocked on it at all, which every handoff by wake-up pays once.
@@ -123,6 +128,7 @@ fn main() {
             "wake_p50_us": wake.map(|(p50, _)| us(p50)),
             "wake_p99_us": wake.map(|(_, p99)| us(p99)),
             "server_us_per_acquisition": server_us,
+            "transactions_per_acquisition": transactions_per_acquisition,
         }));
     }
 
@@ -134,6 +140,24 @@ fn main() {
     std::fs::write(&out, serde_json::to_string_pretty(&report).unwrap() + "\n")
         .unwrap_or_else(|e| panic!("write {}: {e}", out.display()));
     println!("wrote {}", out.display());
+}
+
+/// Transactions committed or rolled back in the server's database so far (`pg_stat_database`),
+/// after a pause: a backend reports its counts when it has been idle a while or when it exits, and
+/// the workers' sessions have just ended.
+fn transactions(pg: &PostgresServer) -> f64 {
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut c = postgres::Client::connect(&pg.url(), postgres::NoTls)
+        .unwrap_or_else(|e| panic!("PostgreSQL statistics connection: {e}"));
+    let n: i64 = c
+        .query_one(
+            "SELECT (xact_commit + xact_rollback)::int8 FROM pg_stat_database \
+             WHERE datname = current_database()",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    n as f64
 }
 
 fn us(d: Duration) -> f64 {

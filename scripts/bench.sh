@@ -3,7 +3,7 @@
 #
 #   scripts/bench.sh            # about 5 minutes after the release build
 #   PERF_SECS=10 scripts/bench.sh   # longer handoff and load rows
-#   PERF_PIN=1 scripts/bench.sh     # the criterion benches pinned to CPU 0 with their servers
+#   PERF_PIN=1 scripts/bench.sh     # criterion benches and compare.php's cycle rounds pinned to CPU 0 with their servers
 #
 # Builds in release, runs `cargo bench` of every backend crate (criterion: each figure and its floor in
 # the same run), then examples/perf_run.rs (handoff across processes, `leasehold bench` under load next
@@ -58,7 +58,9 @@ PERF_WHEN="$(date -u '+%Y-%m-%d %H:%M UTC')" \
     target/release/examples/perf_report "$out/custom.json" docs/perf/rust.svg
 
 echo "== PHP beside C, raw PINGs, Symfony Lock and Laravel (bindings/php/benchmarks/compare.php)" >&2
-LEASEHOLD_LIBRARY="$PWD/target/release/libleasehold.so" php bindings/php/benchmarks/compare.php --out=docs/perf
+compare_pin=()
+if [ "${PERF_PIN:-0}" = 1 ]; then compare_pin=(--pin=0); fi
+LEASEHOLD_LIBRARY="$PWD/target/release/libleasehold.so" php bindings/php/benchmarks/compare.php --out=docs/perf "${compare_pin[@]}"
 
 echo "== php-fpm (bindings/php/benchmarks/fpm.php)" >&2
 LEASEHOLD_LIBRARY="$PWD/target/release/libleasehold.so" php bindings/php/benchmarks/fpm.php

@@ -9,12 +9,15 @@ declare(strict_types=1);
  *
  *   cargo build --release -p leasehold-ffi
  *   php bindings/php/benchmarks/compare.php [--quick] [--procs=8] [--seconds=3] [--out=docs/perf] [--no-postgres]
- *       [--no-mariadb]
+ *       [--no-mariadb] [--pin=CPU]
  *
  * - cycle: acquire + release of a free lock on a fresh key, one process; per-cycle latencies, in rounds that
  *   rotate the order of the contenders so that a noisy neighbour hurts them all alike. The C ABI (tests/c/bench.c,
  *   built here with cc), two raw PINGs (phpredis) and, on MariaDB, a bare GET_LOCK + RELEASE_LOCK (PDO) run in the
- *   same rounds as floors.
+ *   same rounds as floors. With --pin=CPU (scripts/bench.sh passes it under PERF_PIN=1) this script, its servers
+ *   and the C floor run on that one CPU for the cycle rounds: on a VM, a reply that has to wake another, idle CPU
+ *   costs tens of µs per round trip (measured: the C floor took 30 µs a cycle on the server's CPU and 170 µs on the
+ *   other one), and which process lands where is the scheduler's choice, so unpinned rows compare placements.
  * - handoff: N processes contend for one key, each holding it ~1 ms and asking again at once. Handoff = the
  *   holder starts releasing -> another process has it (CLOCK_MONOTONIC, shared by all processes); longest wait =
  *   from asking to having; share = acquisitions per process, fewest to most. Symfony Lock (RedisStore) and
@@ -253,7 +256,7 @@ function worker(array $job): void
 function parseArgs(array $argv): array
 {
     $options = ['quick' => false, 'procs' => null, 'seconds' => null, 'out' => null, 'postgres' => true,
-        'mariadb' => true, 'worker' => null];
+        'mariadb' => true, 'worker' => null, 'pin' => null];
     foreach (array_slice($argv, 1) as $arg) {
         if ($arg === '--quick') {
             $options['quick'] = true;
@@ -261,11 +264,11 @@ function parseArgs(array $argv): array
             $options['postgres'] = false;
         } elseif ($arg === '--no-mariadb') {
             $options['mariadb'] = false;
-        } elseif (preg_match('/^--(procs|seconds|out|worker)=(.+)$/', $arg, $m) === 1) {
+        } elseif (preg_match('/^--(procs|seconds|out|worker|pin)=(.+)$/', $arg, $m) === 1) {
             $options[$m[1]] = $m[2];
         } else {
             fail("unknown argument $arg; usage: compare.php [--quick] [--procs=N] [--seconds=S] [--out=DIR] "
-                . '[--no-postgres] [--no-mariadb]');
+                . '[--no-postgres] [--no-mariadb] [--pin=CPU]');
         }
     }
     return $options;
@@ -307,6 +310,22 @@ function cycleRound(callable $locks, string $prefix, int $cycles): array
         $samples[] = (hrtime(true) - $start) / 1e3;
     }
     return $samples;
+}
+
+/** Sets the CPUs of this process and of every process it started, all their threads (taskset). */
+function setAffinity(string $cpus): void
+{
+    $pids = [getmypid()];
+    for ($i = 0; $i < count($pids); $i++) {
+        $children = trim((string) shell_exec('ps -o pid= --ppid ' . $pids[$i]));
+        foreach ($children === '' ? [] : preg_split('/\s+/', $children) as $child) {
+            $pids[] = (int) $child;
+        }
+    }
+    foreach ($pids as $pid) {
+        // A child may be gone by now (the ps above was one): its error is of no interest.
+        exec('taskset -a -pc ' . escapeshellarg($cpus) . " $pid >/dev/null 2>&1");
+    }
 }
 
 /** benchmarks/c_cycle.c built against the library in use, or null (with a note) without a C compiler. */
@@ -527,6 +546,12 @@ $library = \Leasehold\Library::defaultPath();
 is_file($library) or fail("no library at $library: cargo build --release -p leasehold-ffi, or set LEASEHOLD_LIBRARY");
 $version = \Leasehold\Library::load()->version();
 
+$pin = $options['pin'];
+if ($pin !== null) {
+    ctype_digit($pin) or fail("--pin takes one CPU number, not $pin");
+    // Before the servers start, so that they (and every PostgreSQL backend) inherit it.
+    setAffinity($pin);
+}
 $redis = RedisServer::start();
 $postgres = null;
 if ($options['postgres']) {
@@ -611,6 +636,10 @@ unset($s);
 $made = null; // close the connections before the handoff workers start
 $getLock = $floorPdo = null;
 $labels += $floors;
+if ($pin !== null) {
+    // Handoffs measure processes waking each other, as they do on a machine nobody pinned.
+    setAffinity('0-' . ((int) trim((string) shell_exec('nproc')) - 1));
+}
 
 $handoffs = [];
 foreach ($names as $name) {
@@ -635,8 +664,9 @@ $md[] = sprintf('libleasehold %s, PHP %s (CLI, no opcache), Symfony Lock %s, Lar
     trim((string) shell_exec("redis-server --version | sed -E 's/.*v=([^ ]+).*/\\1/'")),
     php_uname('m'), (int) trim((string) shell_exec('nproc')), sys_getloadavg()[0], gmdate('Y-m-d H:i \U\T\C'));
 $md[] = '';
-$md[] = sprintf('### Uncontended cycle (acquire + release, fresh keys; %d rounds × %d cycles, one process)',
-    $rounds, $cycles);
+$md[] = sprintf('### Uncontended cycle (acquire + release, fresh keys; %d rounds × %d cycles, one process%s)',
+    $rounds, $cycles, $pin === null ? ', unpinned: the scheduler placed client and server'
+        : ", pinned to CPU $pin with the servers and the C floor");
 $md[] = '';
 $md[] = '| backend | library | p50 | p90 | p99 | mean | p50 ÷ Leasehold (PHP) |';
 $md[] = '|---|---|---:|---:|---:|---:|---:|';

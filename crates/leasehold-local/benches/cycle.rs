@@ -1,6 +1,9 @@
 //! `cargo bench -p leasehold-local`: the uncontended lock cycle (try_acquire + release, one thread) on a
-//! key never used before (`local/fresh`: its record is created), timed in alternation with the same
-//! cycle on a key whose record exists, in a private directory this bench makes.
+//! key never used before (its record is created, and deleted by the release), timed in alternation
+//! with the same cycle on a key whose record exists, in a private directory this bench makes: on a
+//! tmpfs (`local/fresh`, /dev/shm: the file system of the default directory, /run/lock) and in the
+//! temporary directory (`local/fresh_disk`, a disk file system on most machines); which file system
+//! each was is written to `local/file_systems.json`.
 //!
 //! `target/criterion/local/fresh/new/estimates.json` is the figure, `paired.json` beside it the
 //! known-key cycle and the ratio (../leasehold-testkit/bench/paired.rs, scripts/bench.sh).
@@ -8,17 +11,42 @@
 #[path = "../../leasehold-testkit/bench/paired.rs"]
 mod paired;
 
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::measurement::WallTime;
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion};
 use leasehold_core::{Client, Config};
 use leasehold_local::LocalBackend;
 use leasehold_testkit::TempDir;
+use std::path::Path;
 use std::time::Duration;
 
 const TTL: Duration = Duration::from_secs(30);
 const SAMPLES: usize = 20;
 
 fn local(c: &mut Criterion) {
-    let dir = TempDir::new("bench-local");
+    let mut g = c.benchmark_group("local");
+    // The default directory, /run/lock/leasehold, is on a tmpfs wherever systemd mounts /run:
+    // the row the goal is read on. /dev/shm is a tmpfs on every Linux system we know of.
+    let ram = TempDir::new_in(Path::new("/dev/shm"), "bench-local");
+    pair(&mut g, "fresh", &ram);
+    // A `file://` URL on a disk file system (the temporary directory): creating and deleting the
+    // record's inode is journalled work there.
+    let disk = TempDir::new("bench-local");
+    pair(&mut g, "fresh_disk", &disk);
+    g.finish();
+
+    let kinds = format!(
+        "{{\"fresh\": \"{}\", \"fresh_disk\": \"{}\"}}\n",
+        file_system(ram.path()),
+        file_system(disk.path())
+    );
+    let path = paired::criterion_home()
+        .join("local")
+        .join("file_systems.json");
+    std::fs::write(&path, kinds).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+}
+
+/// The fresh-key cycle timed in alternation with the known-key one, in `dir`.
+fn pair(g: &mut BenchmarkGroup<'_, WallTime>, name: &str, dir: &TempDir) {
     let url = dir.file_url();
     let config = Config::parse(&url).unwrap_or_else(|e| panic!("{url}: {e}"));
     let lock =
@@ -40,9 +68,28 @@ fn local(c: &mut Criterion) {
         let key = known_key(std::hint::black_box(0));
         lock.try_acquire(&key, TTL).unwrap().release().unwrap();
     };
-    let mut g = c.benchmark_group("local");
-    paired::bench(&mut g, "local", "fresh", SAMPLES, fresh, known);
-    g.finish();
+    paired::bench(g, "local", name, SAMPLES, fresh, known);
+}
+
+/// The name of the file system `path` is on, with the path, for the report.
+fn file_system(path: &Path) -> String {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("no NUL in a path");
+    // SAFETY: statfs is plain data; a NUL-terminated path and a pointer to it on this frame.
+    let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+    let kind = if unsafe { libc::statfs(c.as_ptr(), &mut s) } == 0 {
+        match s.f_type as u64 {
+            0x0102_1994 => "tmpfs",
+            0xEF53 => "ext4",
+            0x5846_5342 => "xfs",
+            0x9123_683E => "btrfs",
+            0x794C_7630 => "overlayfs",
+            _ => "another file system",
+        }
+    } else {
+        "unknown"
+    };
+    let parent = path.parent().unwrap_or(path);
+    format!("{kind}, {}", parent.display())
 }
 
 criterion_group! {

@@ -8,7 +8,8 @@
 //!   floor and where: the server's time (`INFO commandstats`) and this thread's CPU per cycle and per
 //!   pair of PINGs;
 //! - `redlock5/cycle` beside `SET NX PX` written to all five nodes before any answer is read, then `DEL`
-//!   likewise, from one thread;
+//!   likewise, from one thread; then `redlock5/cycle/profile.json`: the five servers' process CPU and
+//!   this process's, per cycle and per floor operation;
 //! - `topology/{cluster,sentinel,replicas1}`: Cluster (3+3), Sentinel and `replicas=1` beside the cycle
 //!   on one server (skipped with `LEASEHOLD_BENCH_TOPOLOGIES=0`).
 //! - `growth/keys_100k`: the cycle on a server holding 100,000 other leases beside the same cycle on
@@ -184,15 +185,21 @@ fn profile(server: &RedisServer, mut op: impl FnMut()) -> (f64, f64) {
 
 /// The CPU time this thread has used.
 fn thread_cpu() -> Duration {
+    cpu_clock(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// The CPU time this process has used, all its threads.
+fn process_cpu() -> Duration {
+    cpu_clock(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+fn cpu_clock(id: libc::clockid_t) -> Duration {
     let mut t = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: a valid clock id and a pointer to a timespec on this stack frame.
-    assert_eq!(
-        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) },
-        0
-    );
+    assert_eq!(unsafe { libc::clock_gettime(id, &mut t) }, 0);
     Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
 
@@ -203,7 +210,7 @@ fn redlock5(c: &mut Criterion) {
 
     let prefix = unique_key("bench-redlock-floor");
     let mut i = 0u64;
-    let pipelined = || {
+    let mut pipelined = || {
         i += 1;
         let key = format!("{prefix}:{i}");
         let key = key.as_bytes();
@@ -227,9 +234,45 @@ fn redlock5(c: &mut Criterion) {
         "cycle",
         SAMPLES,
         paired::fresh_cycle(&lock, "bench-redlock", TTL),
-        pipelined,
+        &mut pipelined,
     );
     g.finish();
+
+    // Where the cycle's time goes beside its floor's: the five servers' process CPU and this
+    // process's (the calling thread and the fan-out's workers), per cycle. With everything pinned
+    // to one CPU, as bench.sh does, a cycle takes about the sum of the two.
+    let per_cycle = process_profile(&servers, paired::fresh_cycle(&lock, "bench-profile", TTL));
+    let per_floor = process_profile(&servers, &mut pipelined);
+    let dir = paired::criterion_home().join("redlock5").join("cycle");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+    let json = format!(
+        "{{\"servers_cpu_us_per_cycle\": {:.2}, \"client_cpu_us_per_cycle\": {:.2}, \
+         \"servers_cpu_us_per_floor\": {:.2}, \"client_cpu_us_per_floor\": {:.2}}}\n",
+        per_cycle.0, per_cycle.1, per_floor.0, per_floor.1
+    );
+    let path = dir.join("profile.json");
+    std::fs::write(&path, json).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    println!(
+        "redlock5/cycle profile: 5 servers {:.1} µs and client {:.1} µs of CPU per cycle; \
+         {:.1} µs and {:.1} µs per floor operation",
+        per_cycle.0, per_cycle.1, per_floor.0, per_floor.1
+    );
+}
+
+/// The servers' process CPU (`RedisServer::cpu_usec`, summed) and this process's CPU, in µs per
+/// run of `op`, over [`PROFILED`] runs.
+fn process_profile(servers: &[RedisServer], mut op: impl FnMut()) -> (f64, f64) {
+    let servers_cpu = || servers.iter().map(RedisServer::cpu_usec).sum::<f64>();
+    let (servers_before, own_before) = (servers_cpu(), process_cpu());
+    for _ in 0..PROFILED {
+        op();
+    }
+    let own = process_cpu() - own_before;
+    let n = f64::from(PROFILED);
+    (
+        (servers_cpu() - servers_before) / n,
+        own.as_secs_f64() * 1e6 / n,
+    )
 }
 
 fn topologies(c: &mut Criterion) {

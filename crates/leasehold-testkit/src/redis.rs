@@ -355,6 +355,21 @@ impl RedisServer {
         }
     }
 
+    /// The CPU time the server process has used so far, user and system (`INFO cpu`), in µs: its
+    /// commands and all around them (the event loop, reading and writing its sockets), which
+    /// [`RedisServer::busy_usec`] leaves out.
+    pub fn cpu_usec(&self) -> f64 {
+        self.command(&[b"INFO", b"cpu"])
+            .lines()
+            .filter_map(|l| {
+                l.strip_prefix("used_cpu_sys:")
+                    .or_else(|| l.strip_prefix("used_cpu_user:"))
+            })
+            .filter_map(|v| v.trim().parse::<f64>().ok())
+            .sum::<f64>()
+            * 1e6
+    }
+
     /// Zeroes the server's command statistics, which [`RedisServer::busy_usec`] reads.
     pub fn reset_stats(&self) {
         self.command(&[b"CONFIG", b"RESETSTAT"]);
