@@ -571,4 +571,65 @@ mod tests {
             .expect("release");
         assert_eq!(session::detached_sessions(), 0, "closed after its TTL");
     }
+
+    #[test]
+    fn a_waiter_granted_in_table_mode_leaves_nothing_on_its_session() {
+        // A role with an idle timeout of its own, which its sessions must get back after queueing.
+        let server = PostgresServer::shared();
+        let role = unique_key("idle_role").replace([':', '-'], "_");
+        let mut admin = postgres::Client::connect(&server.url(), postgres::NoTls).unwrap();
+        admin
+            .batch_execute(&format!(
+                "CREATE ROLE {role} LOGIN SUPERUSER; \
+                 ALTER ROLE {role} SET idle_session_timeout = '1min'"
+            ))
+            .unwrap();
+        let url = format!(
+            "postgres://{role}@127.0.0.1:{}/postgres?lock=table&table=leave_test&pool_size=1\
+             &connect_timeout_ms=2000&io_timeout_ms=2000",
+            server.port()
+        );
+        let config = Config::parse(&url).expect("test URL");
+        let backend = std::sync::Arc::new(PostgresBackend::connect(&config).unwrap());
+        let waiter = leasehold_core::Client::from_arc(backend.clone());
+        let holder = leasehold_core::Client::new(PostgresBackend::connect(&config).unwrap());
+        let key = unique_key("leave");
+        let held = holder.try_acquire(&key, Duration::from_secs(10)).unwrap();
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            held.release().unwrap();
+        });
+        // Queued as the head (its session LISTENs, holds the queue lock and the short idle
+        // timeout), then woken by the release.
+        let lease = waiter
+            .acquire(&key, Duration::from_secs(10), Duration::from_secs(5))
+            .expect("granted after the release");
+        releaser.join().unwrap();
+
+        // The pool's one session, as the next call finds it.
+        let mut conn = backend.pools.get(backend.pools.call()).unwrap();
+        let mut ask = |sql: &str| {
+            let rows = conn.rows(sql, backend.pools.call()).unwrap();
+            last_value(&rows, 0).map(str::to_owned)
+        };
+        assert_eq!(
+            ask("SELECT current_setting('idle_session_timeout')").as_deref(),
+            Some("1min"),
+            "the queued session's short idle timeout is gone, its own is back"
+        );
+        assert_eq!(
+            ask("SELECT count(*) FROM pg_locks \
+                 WHERE locktype = 'advisory' AND pid = pg_backend_pid()")
+            .as_deref(),
+            Some("0"),
+            "the queue lock is given back"
+        );
+        assert_eq!(
+            ask("SELECT count(*) FROM pg_listening_channels()").as_deref(),
+            Some("0"),
+            "the LISTEN has ended"
+        );
+        drop(conn);
+        lease.release().unwrap();
+    }
 }

@@ -119,6 +119,9 @@ pub(crate) struct Session {
     driver: Option<tokio::task::JoinHandle<()>>,
     io_timeout: Duration,
     pub poisoned: bool,
+    /// A channel the session still LISTENs on for nobody, UNLISTENed in front of its next statement
+    /// (see [`Session::unlisten_later`]).
+    unlisten: Option<String>,
     /// Whether a statement ran on it before: only such a session can be stale.
     pub reused: bool,
     /// A call on it timed out: it must not even be given time to close.
@@ -176,8 +179,15 @@ impl Session {
         }
         let client = self.client.as_ref().expect("client present until drop");
         let runtime = self.runtime.as_ref().expect("runtime present until drop");
+        // In the statement's own implicit transaction: undone with it if it fails, so kept for the
+        // next one then.
+        let unlisten = self
+            .unlisten
+            .as_ref()
+            .map(|channel| format!("UNLISTEN \"{channel}\"; {sql}"));
+        let sent = unlisten.as_deref().unwrap_or(sql);
         let outcome = runtime
-            .block_on(async { tokio::time::timeout(budget, client.simple_query(sql)).await });
+            .block_on(async { tokio::time::timeout(budget, client.simple_query(sent)).await });
         match outcome {
             Ok(Ok(messages)) => {
                 let mut statements = vec![Vec::new()];
@@ -191,6 +201,12 @@ impl Session {
                     }
                 }
                 statements.pop();
+                if unlisten.is_some() {
+                    // The UNLISTEN's own (empty) result: the caller sees the statements it sent.
+                    statements.remove(0);
+                    self.unlisten = None;
+                    while self.notifications.try_recv().is_ok() {}
+                }
                 Ok(statements)
             }
             Ok(Err(e)) => Err(Failure::Pg(e)),
@@ -212,6 +228,11 @@ impl Session {
         params: &[&(dyn ToSql + Sync)],
         deadline: Deadline,
     ) -> Result<Vec<Row>, Failure> {
+        if self.unlisten.is_some() {
+            // A prepared statement cannot carry it: a round trip of its own, off the hot path
+            // (only table mode's waits leave one, and table mode sends simple queries).
+            self.statements_within("", deadline.cap(self.io_timeout))?;
+        }
         let budget = deadline.cap(self.io_timeout);
         if budget.is_zero() {
             return Err(Failure::TimedOut(budget));
@@ -246,6 +267,15 @@ impl Session {
                 Err(Failure::TimedOut(budget))
             }
         }
+    }
+
+    /// Leaves `channel` without a round trip now: the UNLISTEN goes in front of the session's next
+    /// statement, in that statement's round trip. For a queue's head that was just granted the key,
+    /// whose granting statement already gave back everything else the line held (the queue lock,
+    /// the short idle timeout), so that the lease is handed out one round trip sooner. Until then
+    /// the session only collects notifications of `channel`, dropped when the UNLISTEN has run.
+    pub fn unlisten_later(&mut self, channel: String) {
+        self.unlisten = Some(channel);
     }
 
     /// Drops notifications received so far (including those that reached the socket but were not
@@ -438,6 +468,7 @@ impl ManageConnection for SessionManager {
             driver: Some(driver),
             io_timeout: self.io_timeout,
             poisoned: false,
+            unlisten: None,
             reused: false,
             timed_out: false,
         };

@@ -31,12 +31,33 @@ pub(crate) const HEAD_HEARTBEAT: Duration = Duration::from_millis(500);
 /// so a live head on a busy machine keeps its place.
 pub(crate) const HEAD_IDLE_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// Where a session keeps its own `idle_session_timeout` while it is queued, for
+/// [`restore_idle_timeout`]: a custom setting of the session.
+const OWN_IDLE_TIMEOUT: &str = "leasehold.idle_session_timeout";
+
 /// The SQL expression that gives a session about to be (or just) queued [`HEAD_IDLE_TIMEOUT`]
 /// (session-level, so it outlasts the statement; rolled back with it if the statement fails).
+/// It first keeps the session's own value in [`OWN_IDLE_TIMEOUT`], the first time the session
+/// queues: the inner `set_config` is an argument of the outer one, so it runs first, and
+/// contributes nothing to the value (`left(…, 0)`). Only that first value is kept, so a session
+/// that queued before keeps its own value, never the short one.
 pub(crate) fn hold_place() -> String {
     format!(
-        "set_config('idle_session_timeout', '{}', false)",
+        "set_config('idle_session_timeout', '{}' || left(set_config('{OWN_IDLE_TIMEOUT}', \
+         coalesce(nullif(current_setting('{OWN_IDLE_TIMEOUT}', true), ''), \
+                  current_setting('idle_session_timeout')), false), 0), false)",
         HEAD_IDLE_TIMEOUT.as_millis()
+    )
+}
+
+/// The SQL expression that gives a session back the idle timeout it had before it queued (kept
+/// by [`hold_place`]), for a statement that leaves the line on success. (Reading the reset value
+/// from `pg_settings` instead costs the server about 0.4 ms: it lists every setting.) A session
+/// that never queued has nothing kept, and gets no idle timeout.
+pub(crate) fn restore_idle_timeout() -> String {
+    format!(
+        "set_config('idle_session_timeout', \
+         coalesce(nullif(current_setting('{OWN_IDLE_TIMEOUT}', true), ''), '0'), false)"
     )
 }
 
@@ -204,6 +225,16 @@ impl<'a> Line<'a> {
             conn.poisoned = false;
         }
         Some((*conn, left))
+    }
+
+    /// Leaves the line after a grant whose statement gave back the queue lock and the idle timeout
+    /// (see [`restore_idle_timeout`]): the session goes back to the pool at once, its UNLISTEN sent
+    /// in front of its next statement ([`crate::session::Session::unlisten_later`]).
+    pub fn leave_granted(&mut self) {
+        if let Place::Head(mut conn) = std::mem::replace(&mut self.place, Place::Left) {
+            conn.unlisten_later(self.channel.clone());
+            conn.poisoned = false;
+        }
     }
 
     /// Waits until `wake`: the head for a notification (a release), erroring if its session

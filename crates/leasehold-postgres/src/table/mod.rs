@@ -24,7 +24,7 @@ pub(crate) use queue::QueueWaiter;
 
 use crate::lock_id::{hex, semaphore_internal, wait_queue};
 use crate::session::{describe, last_value, number, Conn, Failure, Pools, Session};
-use crate::waiting::{bounded_wait, hold_place, join_queue, Line};
+use crate::waiting::{bounded_wait, hold_place, join_queue, restore_idle_timeout, Line};
 use crate::{acquiring, call_rows, created_meanwhile, timed, with_session, Ask};
 use leasehold_core::wait::{held_elsewhere, other_size, Turn, Waiter, Wake, Woken};
 use leasehold_core::{
