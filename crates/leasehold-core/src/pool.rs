@@ -72,6 +72,10 @@ struct State<C> {
     idle: Vec<C>,
     /// Connections in existence: idle, checked out, or being opened.
     open: usize,
+    /// Checkouts waiting for a connection to come back. A return wakes one only if there is one:
+    /// a `Condvar` notify is a system call even with nobody waiting, and every call of a lease
+    /// returns a connection.
+    waiting: usize,
 }
 
 /// One process's share of a pool.
@@ -86,6 +90,7 @@ impl<C> Local<C> {
             state: Mutex::new(State {
                 idle: Vec::new(),
                 open: 0,
+                waiting: 0,
             }),
             returned: Condvar::new(),
         }
@@ -110,6 +115,20 @@ impl<M: ManageConnection> Shared<M> {
 
     fn returned(&self) -> &Condvar {
         &self.here().returned
+    }
+
+    /// Changes the state by `change` (a connection back, or one fewer open) and wakes a waiting
+    /// checkout if there is one. The waiter counted itself under the same lock it gives up only
+    /// inside the `Condvar` wait, so a return that finds nobody counted has nobody to miss it.
+    fn give_back(&self, change: impl FnOnce(&mut State<M::Connection>)) {
+        let wake = {
+            let mut state = self.lock();
+            change(&mut state);
+            state.waiting > 0
+        };
+        if wake {
+            self.returned().notify_one();
+        }
     }
 }
 
@@ -195,8 +214,7 @@ impl<M: ManageConnection> Pool<M> {
                 match self.0.manager.connect(left) {
                     Ok(conn) => return Ok(self.wrap(conn, pid)),
                     Err(e) => {
-                        self.0.lock().open -= 1;
-                        self.0.returned().notify_one();
+                        self.0.give_back(|state| state.open -= 1);
                         let left = deadline.remaining();
                         if left.is_zero() || self.0.manager.is_permanent(&e) {
                             return Err(PoolError::Connect(e));
@@ -209,12 +227,14 @@ impl<M: ManageConnection> Pool<M> {
                 state = self.0.lock();
                 continue;
             }
+            state.waiting += 1;
             state = self
                 .0
                 .returned()
                 .wait_timeout(state, left)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
+            state.waiting -= 1;
         }
     }
 
@@ -227,14 +247,16 @@ impl<M: ManageConnection> Pool<M> {
 
     /// Drops every idle connection (after the server was found restarted, say).
     pub fn clear_idle(&self) {
-        let idle = {
+        let (idle, wake) = {
             let mut state = self.0.lock();
             let idle = std::mem::take(&mut state.idle);
             state.open -= idle.len();
-            idle
+            (idle, state.waiting > 0)
         };
         drop(idle);
-        self.0.returned().notify_all();
+        if wake {
+            self.0.returned().notify_all();
+        }
     }
 
     fn wrap(&self, conn: M::Connection, pid: u32) -> PooledConnection<M> {
@@ -271,8 +293,7 @@ impl<M: ManageConnection> PooledConnection<M> {
                 return;
             }
             drop(conn);
-            self.pool.lock().open -= 1;
-            self.pool.returned().notify_one();
+            self.pool.give_back(|state| state.open -= 1);
         }
     }
 
@@ -287,8 +308,7 @@ impl<M: ManageConnection> PooledConnection<M> {
             crate::fork::keep_forever(conn);
             return None;
         }
-        self.pool.lock().open -= 1;
-        self.pool.returned().notify_one();
+        self.pool.give_back(|state| state.open -= 1);
         Some(conn)
     }
 }
@@ -319,11 +339,10 @@ impl<M: ManageConnection> Drop for PooledConnection<M> {
         let broken = self.pool.manager.has_broken(&mut conn);
         if broken {
             drop(conn);
-            self.pool.lock().open -= 1;
+            self.pool.give_back(|state| state.open -= 1);
         } else {
-            self.pool.lock().idle.push(conn);
+            self.pool.give_back(|state| state.idle.push(conn));
         }
-        self.pool.returned().notify_one();
     }
 }
 
@@ -411,14 +430,18 @@ mod tests {
         let again = pool.get_timeout(Duration::ZERO).unwrap();
         assert_eq!(again.0, 0, "reused");
         let pool2 = pool.clone();
-        let waiter =
-            std::thread::spawn(move || pool2.get_timeout(Duration::from_secs(5)).map(|c| c.0));
+        let waiter = std::thread::spawn(move || {
+            let start = Instant::now();
+            let got = pool2.get_timeout(Duration::from_secs(5)).map(|c| c.0);
+            (got, start.elapsed())
+        });
         std::thread::sleep(Duration::from_millis(50));
         drop(b);
-        assert_eq!(
-            waiter.join().unwrap().unwrap(),
-            1,
-            "a returned connection wakes a waiter"
+        let (got, waited) = waiter.join().unwrap();
+        assert_eq!(got.unwrap(), 1, "a returned connection goes to the waiter");
+        assert!(
+            waited < Duration::from_secs(4),
+            "the return woke the waiter ({waited:?}), not the end of its own wait"
         );
     }
 
