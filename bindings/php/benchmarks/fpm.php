@@ -353,6 +353,13 @@ $md[] = sprintf('- Lock cycle = createLock + tryAcquire + release on a fresh key
     . 'the per-request ratio first ÷ warm: %.2f. A third lock after a 1 ms usleep() in the same request: median %s '
     . '(÷ warm: %.2f).', us(pct($first, 0.9)), us(pct($warm, 0.9)), pct($pairRatios, 0.5), us(pct($paused, 0.5)),
     pct($paused, 0.5) / $warmP50);
+// Measured once with perf and pinned runs, not here: the gap is the first cycle meeting cold caches.
+$md[] = '- Why the first lock costs more: it runs on cold CPU caches, in the library and in Redis alike. Pinned to one '
+    . 'CPU with redis-server and php-fpm, every step of the first cycle (PHP, the library, Redis running the script) '
+    . 'took 1.3–3× its warm time, none did extra work; reading 4 MB inside one request before a cycle reproduced the '
+    . 'gap with no new request and no pause, and the file backend (no network) shows it too. The per-request work '
+    . 'of the PHP package is 2–3 µs (the first `FFI::new` of a lease type, the first `createLock`). A pause in which '
+    . 'the CPU halts (the 1 ms usleep() above, or the wait for the next request) widens the gap on this VM.';
 $md[] = sprintf('- Client::connect(persistent: true): %s in the worker\'s first request (it connects), median %s in '
     . 'later ones (not in the lock figures).', us($firstRequest['connect_ns'] / 1e3), us(pct($connect, 0.5)));
 file_put_contents("$outDir/php-fpm.md", implode("\n", $md) . "\n");
