@@ -14,7 +14,8 @@
 //! ([`HEAD_IDLE_TIMEOUT`]): the server ends a head that idles that long, which frees the queue lock.
 //! A live head never idles that long: its waiter's heartbeat ([`HEAD_HEARTBEAT`]) makes core wake
 //! it for an attempt well before. Leaving the line restores the session's idle timeout, so no
-//! pooled session keeps the short one. A waiter blocked inside `pg_advisory_lock` of the queue is in
+//! pooled session keeps the short one (a head granted the key restores it in its granting
+//! statement, see [`restore_idle_timeout`]). A waiter blocked inside `pg_advisory_lock` of the queue is in
 //! a statement, not idle: once granted, its statement sets the short timeout with the LISTEN.
 
 use crate::session::{Conn, Pools};
