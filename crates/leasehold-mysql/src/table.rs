@@ -587,8 +587,11 @@ impl Table {
         }
     }
 
-    /// An acquiring `sql`: `None` when InnoDB gave up a row lock to another acquirer of the key (a
-    /// deadlock or lock wait timeout), which counts as held, not as a failure.
+    /// An acquiring `sql`. A batch that InnoDB rolled back to break a deadlock changed nothing and
+    /// says nothing about who holds the key: the other party may have been a release or a sweep,
+    /// and a refusal must come from a holder. So it is sent again, after a few ms of jitter, up to
+    /// [`DEADLOCK_RETRIES`] times while time is left. `None` when InnoDB still gives up the row
+    /// lock (a deadlock or lock wait timeout), which counts as held, not as a failure.
     fn attempt(
         &self,
         pools: &Pools,
@@ -596,11 +599,18 @@ impl Table {
         sql: &str,
         what: &str,
     ) -> Result<Option<Answers>> {
-        let (_conn, outcome) = with_session(pools, deadline, |s| s.batch(sql, deadline))?;
-        match outcome {
-            Ok(answers) => Ok(Some(answers)),
-            Err(e) if e.is_contention() => Ok(None),
-            Err(e) => Err(pools.failed(what, &e)),
+        let mut retries = DEADLOCK_RETRIES;
+        loop {
+            let (_conn, outcome) = with_session(pools, deadline, |s| s.batch(sql, deadline))?;
+            match outcome {
+                Ok(answers) => return Ok(Some(answers)),
+                Err(e) if e.is_contention() && retries > 0 && !deadline.is_past() => {
+                    retries -= 1;
+                    std::thread::sleep(Duration::from_millis(fastrand::u64(1..=5)));
+                }
+                Err(e) if e.is_contention() => return Ok(None),
+                Err(e) => return Err(pools.failed(what, &e)),
+            }
         }
     }
 
@@ -639,6 +649,9 @@ impl Table {
         }
     }
 }
+
+/// How many times an acquiring batch that lost a deadlock is sent again before it counts as held.
+const DEADLOCK_RETRIES: u32 = 3;
 
 fn from_micros(us: i64) -> Duration {
     Duration::from_micros(us.max(0) as u64)
