@@ -546,6 +546,7 @@ $library = \Leasehold\Library::defaultPath();
 is_file($library) or fail("no library at $library: cargo build --release -p leasehold-ffi, or set LEASEHOLD_LIBRARY");
 $version = \Leasehold\Library::load()->version();
 
+$cores = (int) trim((string) shell_exec('nproc'));
 $pin = $options['pin'];
 if ($pin !== null) {
     ctype_digit($pin) or fail("--pin takes one CPU number, not $pin");
@@ -638,7 +639,7 @@ $getLock = $floorPdo = null;
 $labels += $floors;
 if ($pin !== null) {
     // Handoffs measure processes waking each other, as they do on a machine nobody pinned.
-    setAffinity('0-' . ((int) trim((string) shell_exec('nproc')) - 1));
+    setAffinity('0-' . ($cores - 1));
 }
 
 $handoffs = [];
@@ -662,7 +663,7 @@ $md[] = sprintf('libleasehold %s, PHP %s (CLI, no opcache), Symfony Lock %s, Lar
     . '%s, %d cores, load average %.1f at the end; %s.',
     $version, PHP_VERSION, debVersion('php-symfony-lock'), debVersion('php-laravel-framework'),
     trim((string) shell_exec("redis-server --version | sed -E 's/.*v=([^ ]+).*/\\1/'")),
-    php_uname('m'), (int) trim((string) shell_exec('nproc')), sys_getloadavg()[0], gmdate('Y-m-d H:i \U\T\C'));
+    php_uname('m'), $cores, sys_getloadavg()[0], gmdate('Y-m-d H:i \U\T\C'));
 $md[] = '';
 $md[] = sprintf('### Uncontended cycle (acquire + release, fresh keys; %d rounds × %d cycles, one process%s)',
     $rounds, $cycles, $pin === null ? ', unpinned: the scheduler placed client and server'

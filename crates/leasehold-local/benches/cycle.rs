@@ -39,10 +39,7 @@ fn local(c: &mut Criterion) {
         file_system(ram.path()),
         file_system(disk.path())
     );
-    let path = paired::criterion_home()
-        .join("local")
-        .join("file_systems.json");
-    std::fs::write(&path, kinds).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    paired::save("local", "file_systems.json", &kinds);
 }
 
 /// The fresh-key cycle timed in alternation with the known-key one, in `dir`.

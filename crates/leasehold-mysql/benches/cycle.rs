@@ -348,12 +348,11 @@ fn breakdown(raw: &RefCell<Raw>, fresh: &dyn Fn() -> String, named: &Client, tab
             ns - bare
         ));
     }
-    let path = paired::criterion_home()
-        .join("mysql")
-        .join("breakdown.json");
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(&path, format!("[\n{}\n]\n", json.join(",\n")))
-        .unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    paired::save(
+        "mysql",
+        "breakdown.json",
+        &format!("[\n{}\n]\n", json.join(",\n")),
+    );
 }
 
 const PIECE_ROUNDS: usize = 15;

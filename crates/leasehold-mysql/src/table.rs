@@ -20,7 +20,7 @@
 //! outcome under both.
 
 use crate::names::{micros, row_key, semaphore_row_key, table_ident, token_literal, NOW_US};
-use crate::session::{call, with_session, Answers, Pools};
+use crate::session::{call, with_session, Answers, Failure, Pools};
 use crate::sweep::{Every, SWEEP_AFTER_US};
 use crate::waiting::Attempts;
 use crate::Ask;
@@ -587,11 +587,11 @@ impl Table {
         }
     }
 
-    /// An acquiring `sql`. A batch that InnoDB rolled back to break a deadlock changed nothing and
-    /// says nothing about who holds the key: the other party may have been a release or a sweep,
-    /// and a refusal must come from a holder. So it is sent again, after a few ms of jitter, up to
-    /// [`DEADLOCK_RETRIES`] times while time is left. `None` when InnoDB still gives up the row
-    /// lock (a deadlock or lock wait timeout), which counts as held, not as a failure.
+    /// An acquiring `sql`. A batch that InnoDB rolled back to break a deadlock says nothing about
+    /// who holds the key (the other party may have been a release or a sweep, and a refusal must
+    /// come from a holder), so it is sent again up to [`DEADLOCK_RETRIES`] times ([`Self::send`]).
+    /// `None` when InnoDB still gives up the row lock (a deadlock or lock wait timeout), which
+    /// counts as held, not as a failure.
     fn attempt(
         &self,
         pools: &Pools,
@@ -599,23 +599,15 @@ impl Table {
         sql: &str,
         what: &str,
     ) -> Result<Option<Answers>> {
-        let mut retries = DEADLOCK_RETRIES;
-        loop {
-            let (_conn, outcome) = with_session(pools, deadline, |s| s.batch(sql, deadline))?;
-            match outcome {
-                Ok(answers) => return Ok(Some(answers)),
-                Err(e) if e.is_contention() && retries > 0 && !deadline.is_past() => {
-                    retries -= 1;
-                    std::thread::sleep(Duration::from_millis(fastrand::u64(1..=5)));
-                }
-                Err(e) if e.is_contention() => return Ok(None),
-                Err(e) => return Err(pools.failed(what, &e)),
-            }
+        match self.send(pools, deadline, sql, DEADLOCK_RETRIES)?.0 {
+            Ok(answers) => Ok(Some(answers)),
+            Err(e) if e.is_contention() => Ok(None),
+            Err(e) => Err(pools.failed(what, &e)),
         }
     }
 
     /// `sql` on a pooled session; a failure is `Unavailable`. A batch that InnoDB rolled back to
-    /// break a deadlock with another caller is run again while time is left (it changed nothing).
+    /// break a deadlock with another caller is run again while time is left.
     fn run(&self, pools: &Pools, deadline: Deadline, sql: &str, what: &str) -> Result<Answers> {
         self.run_retried(pools, deadline, sql, what)
             .map(|(answers, _)| answers)
@@ -630,6 +622,22 @@ impl Table {
         sql: &str,
         what: &str,
     ) -> Result<(Answers, bool)> {
+        let (outcome, resent) = self.send(pools, deadline, sql, u32::MAX)?;
+        outcome
+            .map(|answers| (answers, resent))
+            .map_err(|e| pools.failed(what, &e))
+    }
+
+    /// `sql` on a pooled session ([`with_session`]), sent again, up to `retries` times while time
+    /// is left, when InnoDB rolled it back to break a deadlock (it changed nothing): its last
+    /// outcome, and whether it was sent again on a new session after a session broke under it.
+    fn send(
+        &self,
+        pools: &Pools,
+        deadline: Deadline,
+        sql: &str,
+        mut retries: u32,
+    ) -> Result<(std::result::Result<Answers, Failure>, bool)> {
         let mut resent = false;
         loop {
             let mut tries = 0;
@@ -639,12 +647,12 @@ impl Table {
             })?;
             resent |= tries > 1;
             match outcome {
-                Ok(answers) => return Ok((answers, resent)),
-                Err(e) if e.is_contention() && !deadline.is_past() => {
+                Err(e) if e.is_contention() && retries > 0 && !deadline.is_past() => {
+                    retries -= 1;
                     // A few ms of jitter, so callers that deadlocked together do not meet again.
                     std::thread::sleep(Duration::from_millis(fastrand::u64(1..=5)));
                 }
-                Err(e) => return Err(pools.failed(what, &e)),
+                outcome => return Ok((outcome, resent)),
             }
         }
     }

@@ -150,15 +150,12 @@ fn single(c: &mut Criterion) {
             conn.expect(b"+PONG\r\n");
         }
     });
-    let dir = paired::criterion_home().join("redis").join("cycle");
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
     let json = format!(
         "{{\"server_us_per_cycle\": {:.2}, \"client_cpu_us_per_cycle\": {:.2}, \
          \"server_us_per_ping_pair\": {:.2}, \"client_cpu_us_per_ping_pair\": {:.2}}}\n",
         per_cycle.0, per_cycle.1, per_pair.0, per_pair.1
     );
-    let path = dir.join("profile.json");
-    std::fs::write(&path, json).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    paired::save("redis/cycle", "profile.json", &json);
     println!(
         "redis/cycle profile: server {:.1} µs and client CPU {:.1} µs per cycle; \
          server {:.1} µs and client CPU {:.1} µs per 2 PINGs",
@@ -243,15 +240,12 @@ fn redlock5(c: &mut Criterion) {
     // to one CPU, as bench.sh does, a cycle takes about the sum of the two.
     let per_cycle = process_profile(&servers, paired::fresh_cycle(&lock, "bench-profile", TTL));
     let per_floor = process_profile(&servers, &mut pipelined);
-    let dir = paired::criterion_home().join("redlock5").join("cycle");
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
     let json = format!(
         "{{\"servers_cpu_us_per_cycle\": {:.2}, \"client_cpu_us_per_cycle\": {:.2}, \
          \"servers_cpu_us_per_floor\": {:.2}, \"client_cpu_us_per_floor\": {:.2}}}\n",
         per_cycle.0, per_cycle.1, per_floor.0, per_floor.1
     );
-    let path = dir.join("profile.json");
-    std::fs::write(&path, json).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    paired::save("redlock5/cycle", "profile.json", &json);
     println!(
         "redlock5/cycle profile: 5 servers {:.1} µs and client {:.1} µs of CPU per cycle; \
          {:.1} µs and {:.1} µs per floor operation",
@@ -401,13 +395,10 @@ fn growth(c: &mut Criterion) {
         .collect();
     let after = rss_kib();
     drop(held);
-    let dir = paired::criterion_home().join("growth").join("leases_10k");
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
     let json = format!(
         "{{\"leases\": 10000, \"rss_before_kib\": {before}, \"rss_after_kib\": {after}}}\n"
     );
-    let path = dir.join("memory.json");
-    std::fs::write(&path, json).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    paired::save("growth/leases_10k", "memory.json", &json);
     println!(
         "growth/leases_10k: resident memory {before} KiB before, {after} KiB while holding 10,000 leases (+{} KiB)",
         after.saturating_sub(before)

@@ -42,6 +42,15 @@ pub fn config(samples: usize) -> Criterion {
 }
 
 /// Where criterion writes: `CRITERION_HOME` (scripts/bench.sh sets it), else the workspace's target.
+/// Writes `text` to `<criterion home>/<dir>/<file>` (`dir` like `redis/cycle`), where
+/// `scripts/bench.sh`'s report reads what a bench measured beside criterion's own estimates.
+pub fn save(dir: &str, file: &str, text: &str) {
+    let dir = criterion_home().join(dir);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+    let path = dir.join(file);
+    std::fs::write(&path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+}
+
 pub fn criterion_home() -> PathBuf {
     if let Some(home) = std::env::var_os("CRITERION_HOME") {
         return home.into();
@@ -97,13 +106,10 @@ pub fn bench(
     );
     let floor_ns = median(samples.iter().map(|(_, l, n)| per_op(*l, *n)).collect());
     let figure_ns = median(samples.iter().map(|(f, _, n)| per_op(*f, *n)).collect());
-    let dir = criterion_home().join(group).join(name);
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
     let json = format!(
         "{{\"figure_ns\": {figure_ns:.1}, \"floor_ns\": {floor_ns:.1}, \"ratio\": {ratio:.4}, \"samples\": {}}}\n",
         samples.len()
     );
-    let path = dir.join("paired.json");
-    std::fs::write(&path, json).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    save(&format!("{group}/{name}"), "paired.json", &json);
     println!("{group}/{name}: {figure_ns:.0} ns beside a floor of {floor_ns:.0} ns = {ratio:.2}× (median of {} paired samples)", samples.len());
 }
