@@ -228,11 +228,12 @@ impl Session {
         params: &[&(dyn ToSql + Sync)],
         deadline: Deadline,
     ) -> Result<Vec<Row>, Failure> {
-        if self.unlisten.is_some() {
-            // A prepared statement cannot carry it: a round trip of its own, off the hot path
-            // (only table mode's waits leave one, and table mode sends simple queries).
-            self.statements_within("", deadline.cap(self.io_timeout))?;
-        }
+        // Only table mode leaves an UNLISTEN for later, and it sends simple queries only: a
+        // prepared statement could not carry it.
+        debug_assert!(
+            self.unlisten.is_none(),
+            "an UNLISTEN left for a prepared statement"
+        );
         let budget = deadline.cap(self.io_timeout);
         if budget.is_zero() {
             return Err(Failure::TimedOut(budget));
@@ -274,6 +275,7 @@ impl Session {
     /// whose granting statement already gave back everything else the line held (the queue lock,
     /// the short idle timeout), so that the lease is handed out one round trip sooner. Until then
     /// the session only collects notifications of `channel`, dropped when the UNLISTEN has run.
+    /// For sessions that send simple queries only (table mode's): [`Session::query`] cannot carry it.
     pub fn unlisten_later(&mut self, channel: String) {
         self.unlisten = Some(channel);
     }
