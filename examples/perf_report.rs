@@ -102,7 +102,7 @@ struct Row {
 }
 
 impl Row {
-    /// A bench timed in alternation with its floor (crates/leasehold-testkit/bench/paired.rs).
+    /// A bench timed in alternation with its floor (tests/support/paired.rs).
     fn paired(short: &'static str, figure: &str, floor_is: &str, p: Paired, target: Target) -> Row {
         Row {
             short,

@@ -31,8 +31,12 @@
  *   no renewal thread). A child's clients count their stats from zero, and persistent clients
  *   (leasehold_client_open_persistent) are the child's own. Do not fork while another thread is
  *   inside a leasehold call.
- * - Background thread: leasehold_lease_keep_alive starts one library thread per process (on first
- *   use), shared by every kept-alive lease; nothing else runs in the background.
+ * - Background threads: leasehold_lease_keep_alive starts one library thread per process (on first
+ *   use), shared by every kept-alive lease. Two backends keep threads of their own: MySQL/MariaDB
+ *   one watchdog per process that ends a round trip past its deadline, Redlock one worker per node
+ *   that sends a call's requests to the nodes in parallel; a host name is looked up on a
+ *   short-lived thread, so that the lookup ends by the call's deadline. Every library thread blocks
+ *   asynchronous signals, so SIGTERM and SIGINT reach the program's own threads.
  * - Time: ttl_ms and wait_ms are milliseconds; a TTL is 1 to 604800000 (7 days), a wait 0 to
  *   604800000. Every call returns within its wait plus the URL's connect and I/O timeouts.
  */

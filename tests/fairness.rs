@@ -1,4 +1,4 @@
-//! Fairness and wake-up across processes (issue 7): 8 OS processes contend for one key on each backend;
+//! Fairness and wake-up across processes: 8 OS processes contend for one key on each backend;
 //! every process must get the lock and about its share of turns, no two may hold it at once, fences must
 //! rise, and the 99th-percentile wait must stay within 10× the median wait (the longest within 1 s
 //! more: one stall of the machine shows in the maximum alone, starvation in all three).
@@ -18,7 +18,7 @@ use std::time::Duration;
 
 const WORKERS: usize = 8;
 
-/// Seconds each backend is contended for; the issue asks for 30, which `LEASEHOLD_FAIRNESS_SECS=30`
+/// Seconds each backend is contended for; a fairness claim wants 30, which `LEASEHOLD_FAIRNESS_SECS=30`
 /// gives (the handoff benchmark runs 30 s too). The default keeps the whole test command short.
 fn duration() -> Duration {
     let secs = std::env::var("LEASEHOLD_FAIRNESS_SECS")

@@ -1,4 +1,4 @@
-//! Rust programs that fork (issue 12, item 6): a child that drops, releases or extends a lease it
+//! Rust programs that fork: a child that drops, releases or extends a lease it
 //! inherited must leave the parent's lock alone, on every backend; and the child's own client keeps
 //! working with connections of its own. The first version guarded only PostgreSQL and the C ABI: a
 //! child dropping an inherited `Lease` released the parent's lock on local and Redis.

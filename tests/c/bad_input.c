@@ -1,4 +1,4 @@
-/* Every bad input of CONTRACT.md §5 that C can pass: each gets a clear status, writes no output,
+/* Every bad input of docs/semantics.md §9 that C can pass: each gets a clear status, writes no output,
  * crashes nothing, and leaves an existing lease intact. LEASEHOLD_URL names a working backend;
  * LEASEHOLD_TEST_CLOSED_PORT is a loopback port where nothing listens. */
 #define _POSIX_C_SOURCE 200809L

@@ -160,7 +160,7 @@ impl Client {
     /// one path every acquire of every kind takes, from Rust and from C.
     pub fn acquire_request(&self, request: &Request) -> Result<Lease> {
         let (key, kind, ttl, wait) = (request.key(), request.kind(), request.ttl(), request.wait());
-        let held = held_for(ttl, self.lock_delay).inspect_err(|e| self.stats.error(e.kind()))?;
+        let held = ttl.held_with(self.lock_delay).inspect_err(|e| self.stats.error(e.kind()))?;
         self.stats.count(Event::AcquireAttempt);
         let retries_before = stats::retries_so_far();
         let sent = BootTime::now();
@@ -330,18 +330,4 @@ impl Client {
             .snapshot()
             .to_prometheus(&[("backend", self.backend.name()), ("prefix", &self.prefix)])
     }
-}
-
-/// What the backend is asked to hold a lease for: its TTL plus the lock-delay.
-pub(crate) fn held_for(ttl: Ttl, lock_delay: Duration) -> Result<Ttl> {
-    if lock_delay.is_zero() {
-        return Ok(ttl);
-    }
-    Ttl::new(ttl.as_duration().saturating_add(lock_delay)).map_err(|_| {
-        Error::invalid(format!(
-            "a ttl of {} ms plus lock_delay_ms={} is above the maximum ttl of 7 days",
-            ttl.as_millis(),
-            lock_delay.as_millis()
-        ))
-    })
 }

@@ -131,7 +131,7 @@ impl LeaseCell {
         if state.ending {
             return Err(Error::Lost(ENDED_BY_RELEASE.into()));
         }
-        let held = crate::client::held_for(ttl, self.lock_delay)?;
+        let held = ttl.held_with(self.lock_delay)?;
         // Dated before anything is sent, on the clock that counts a suspended host: whatever the
         // backend does inside the call (retries, a reconnect), the key is only proven ours from here.
         let sent = BootTime::now();
@@ -454,7 +454,7 @@ impl Lease {
             return Err(Error::Lost(ENDED_BY_RELEASE.into()));
         }
         let ttl = state.ttl;
-        let held = crate::client::held_for(ttl, cell.lock_delay)?;
+        let held = ttl.held_with(cell.lock_delay)?;
         let sent = BootTime::now();
         let start = Instant::now();
         let result = match to {
@@ -599,7 +599,7 @@ impl Lease {
             if !state.released {
                 // The backend keeps the key through the lock-delay too.
                 let ttl = state.ttl;
-                let held = crate::client::held_for(ttl, self.cell.lock_delay).unwrap_or(ttl);
+                let held = ttl.held_with(self.cell.lock_delay).unwrap_or(ttl);
                 self.cell.backend.detach(&mut state.raw, held);
             }
             state.released = true;

@@ -64,6 +64,21 @@ impl Ttl {
         let valid = self.as_duration().saturating_sub(self.drift());
         sent.checked_add(valid).unwrap_or(sent)
     }
+
+    /// What the backend is asked to hold a lease for: this TTL plus the client's lock-delay, so that a
+    /// key whose holder vanished stays taken for that long after the holder's own deadline.
+    pub(crate) fn held_with(self, lock_delay: Duration) -> Result<Ttl> {
+        if lock_delay.is_zero() {
+            return Ok(self);
+        }
+        Ttl::new(self.as_duration().saturating_add(lock_delay)).map_err(|_| {
+            Error::invalid(format!(
+                "a ttl of {} ms plus lock_delay_ms={} is above the maximum ttl of 7 days",
+                self.as_millis(),
+                lock_delay.as_millis()
+            ))
+        })
+    }
 }
 
 /// Validates a wait: anything up to [`MAX_WAIT`].

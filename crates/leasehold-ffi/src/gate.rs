@@ -63,23 +63,17 @@ ON CONFLICT (resource) DO UPDATE SET fence = excluded.fence, updated_at = CURREN
 WHERE fence <= excluded.fence;
 "#;
 
-const REDIS_SCRIPT: &CStr = cr#"local fence = ARGV[2]
-if not string.match(fence, '^[1-9]%d*$') or #fence > 20
-    or (#fence == 20 and fence > '18446744073709551615') then
-  return redis.error_reply('ERR leasehold fence gate: the fence must be a decimal number from 1 to 2^64-1')
-end
-local stored = redis.call('HGET', KEYS[1], 'fence')
-if stored then
-  if not string.match(stored, '^[1-9]%d*$') then
-    return redis.error_reply('ERR leasehold fence gate: the stored fence is not a decimal number')
-  end
-  if #stored > #fence or (#stored == #fence and stored > fence) then
-    return {0, stored}
-  end
-end
-redis.call('HSET', KEYS[1], 'value', ARGV[1], 'fence', fence)
-return {1, fence}
-"#;
+/// The Redis gate is the script the Redis backend runs itself (one text, kept in its `.lua` file).
+const REDIS_SCRIPT: &CStr = match CStr::from_bytes_with_nul(
+    concat!(
+        include_str!("../../leasehold-redis/src/lua/fence_gate.lua"),
+        "\0"
+    )
+    .as_bytes(),
+) {
+    Ok(text) => text,
+    Err(_) => panic!("the gate script holds a NUL byte"),
+};
 
 /// The text of one statement (or script) of the fence gate (`which`: a `leasehold_gate_text`
 /// value) for the default table

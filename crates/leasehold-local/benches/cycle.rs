@@ -6,9 +6,9 @@
 //! each was is written to `local/file_systems.json`.
 //!
 //! `target/criterion/local/fresh/new/estimates.json` is the figure, `paired.json` beside it the
-//! known-key cycle and the ratio (../leasehold-testkit/bench/paired.rs, scripts/bench.sh).
+//! known-key cycle and the ratio (tests/support/paired.rs, scripts/bench.sh).
 
-#[path = "../../leasehold-testkit/bench/paired.rs"]
+#[path = "../../../tests/support/paired.rs"]
 mod paired;
 
 use criterion::measurement::WallTime;

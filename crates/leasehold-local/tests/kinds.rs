@@ -3,7 +3,7 @@
 //! counters every process maps, and report on stdout.
 
 mod common;
-#[path = "../../leasehold-testkit/support/kinds_in_processes.rs"]
+#[path = "../../../tests/support/kinds_in_processes.rs"]
 mod procs;
 
 use common::{temp_dir, FileUrl};

@@ -19,7 +19,7 @@
 //! one more statement in a batch, the release's row update) beside both modes' cycles through the
 //! library.
 //!
-//! Each figure is timed in alternation with its floor (../leasehold-testkit/bench/paired.rs):
+//! Each figure is timed in alternation with its floor (tests/support/paired.rs):
 //! `target/criterion/mysql/<bench>/new/estimates.json` is the figure, `paired.json` beside it the
 //! floor and the ratio (see scripts/bench.sh).
 //!
@@ -27,7 +27,7 @@
 //! waits for its answer before the next one goes, so that is the cycle's round trips, written to
 //! `round_trips.json` beside `paired.json` (a time says how far from the floor; this says why).
 
-#[path = "../../leasehold-testkit/bench/paired.rs"]
+#[path = "../../../tests/support/paired.rs"]
 mod paired;
 
 use criterion::{criterion_group, criterion_main, Criterion};

@@ -8,11 +8,11 @@
 //! - `postgres/bare_pair`: that pair beside two `SELECT 1` round trips, the protocol's own floor;
 //! - `postgres/pgbench/result.json`: the advisory cycle beside `pgbench -c 1` of the same pair.
 //!
-//! Each figure is timed in alternation with its floor (../leasehold-testkit/bench/paired.rs):
+//! Each figure is timed in alternation with its floor (tests/support/paired.rs):
 //! `target/criterion/postgres/<bench>/new/estimates.json` is the figure, `paired.json` beside it the
 //! floor and the ratio (see scripts/bench.sh).
 
-#[path = "../../leasehold-testkit/bench/paired.rs"]
+#[path = "../../../tests/support/paired.rs"]
 mod paired;
 
 use criterion::{criterion_group, criterion_main, Criterion};

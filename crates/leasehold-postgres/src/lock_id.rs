@@ -1,5 +1,6 @@
-//! Key → lock id. Part of the public contract forever (PEERS.md on php-lock #64): changing it would let
-//! two versions of Leasehold hold the same key at once during an upgrade.
+//! Key → lock id. Part of the public contract forever: changing it would let two versions of Leasehold
+//! hold the same key at once during an upgrade (a PHP lock library that changed its key hashing between
+//! releases let old and new workers lock one resource twice while a deployment rolled).
 
 use sha2::{Digest, Sha256};
 

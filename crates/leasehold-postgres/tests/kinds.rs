@@ -2,7 +2,7 @@
 //! cycle time of each kind. Workers are this test binary run again (see `child_worker`); they count
 //! what they see in counters every process maps, and report on stdout.
 
-#[path = "../../leasehold-testkit/support/kinds_in_processes.rs"]
+#[path = "../../../tests/support/kinds_in_processes.rs"]
 mod procs;
 
 use leasehold_core::{Client, Config, ErrorKind};

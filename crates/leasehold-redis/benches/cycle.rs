@@ -19,12 +19,12 @@
 //!   `growth/leases_10k/memory.json`: this process's resident memory before and after it holds
 //!   10,000 leases (skipped, all four, with `LEASEHOLD_BENCH_GROWTH=0`).
 //!
-//! Each figure is timed in alternation with its floor (`crates/leasehold-testkit/bench/paired.rs`,
+//! Each figure is timed in alternation with its floor (`tests/support/paired.rs`,
 //! the benches' shared support): criterion's `target/criterion/<group>/<bench>/new/estimates.json` is
 //! the figure, `paired.json` beside it the floor and the ratio; `scripts/bench.sh` turns them into
 //! docs/perf/rust.md.
 
-#[path = "../../leasehold-testkit/bench/paired.rs"]
+#[path = "../../../tests/support/paired.rs"]
 mod paired;
 
 use criterion::{criterion_group, criterion_main, Criterion};
