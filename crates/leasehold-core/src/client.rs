@@ -160,7 +160,9 @@ impl Client {
     /// one path every acquire of every kind takes, from Rust and from C.
     pub fn acquire_request(&self, request: &Request) -> Result<Lease> {
         let (key, kind, ttl, wait) = (request.key(), request.kind(), request.ttl(), request.wait());
-        let held = ttl.held_with(self.lock_delay).inspect_err(|e| self.stats.error(e.kind()))?;
+        let held = ttl
+            .held_with(self.lock_delay)
+            .inspect_err(|e| self.stats.error(e.kind()))?;
         self.stats.count(Event::AcquireAttempt);
         let retries_before = stats::retries_so_far();
         let sent = BootTime::now();
