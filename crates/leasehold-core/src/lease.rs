@@ -4,7 +4,7 @@ use crate::backend::LockBackend;
 use crate::clock::BootTime;
 use crate::error::{Error, Result};
 use crate::fork;
-use crate::interrupt::{Interruptible, CHECK_EVERY};
+use crate::interrupt::{Interruptible, Watch};
 use crate::keepalive::{self, Entry, Next, Renew};
 use crate::key::Key;
 use crate::kind::LeaseKind;
@@ -12,6 +12,7 @@ use crate::raw_lease::RawLease;
 use crate::stats::{Event, Stats};
 use crate::token::Token;
 use crate::ttl::Ttl;
+use crate::wait::{Pause, Turn, Waiter, Wake, Woken};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -401,31 +402,24 @@ impl Lease {
             )));
         }
         let end = crate::wait::deadline_after(wait);
-        let mut pause = crate::backoff::Backoff::for_polling();
         // As an acquire's wait: SIGTERM, SIGINT and the client's switch end it, the lease left
         // shared; nothing is watched for a single attempt.
-        let watch = (!wait.is_zero()).then(|| self.cell.waits.watch());
-        let interrupted = |e: Error| {
-            self.cell.stats.error(e.kind());
-            tracing::debug!(target: "leasehold", event = "interrupted",
-                backend = self.cell.backend.name(), key = %self.cell.key, why = %e);
-            e
+        let watch = if wait.is_zero() {
+            Watch::none()
+        } else {
+            self.cell.waits.watch()
         };
-        loop {
-            match self.swap_kind(LeaseKind::Exclusive, "promote") {
-                Err(Error::NotAcquired(_)) if Instant::now() < end => {
-                    if let Some(watch) = &watch {
-                        watch.check().map_err(interrupted)?;
-                    }
-                    let left = end.saturating_duration_since(Instant::now());
-                    std::thread::sleep(pause.next_delay().min(left).min(CHECK_EVERY));
-                    if let Some(watch) = &watch {
-                        watch.check().map_err(interrupted)?;
-                    }
-                }
-                other => return other,
-            }
-        }
+        let mut promotion = Promotion {
+            lease: self,
+            pause: Pause::new(),
+        };
+        crate::wait::acquire(
+            &mut promotion,
+            &self.cell.key,
+            LeaseKind::Exclusive,
+            end,
+            &watch,
+        )
     }
 
     /// Turns an exclusive lease shared, keeping its token and fence, at once: readers may join
@@ -660,5 +654,36 @@ impl fmt::Debug for Lease {
             .field("fence", &self.fence())
             .field("remaining", &self.remaining())
             .finish()
+    }
+}
+
+/// A promote's wait, run by core's one wait loop: each attempt asks the backend to turn the lease
+/// exclusive, and a refused attempt pauses with backoff (no backend wakes a promoting reader). The
+/// lease stays shared until an attempt succeeds.
+struct Promotion<'l> {
+    lease: &'l Lease,
+    pause: Pause,
+}
+
+impl Waiter<()> for Promotion<'_> {
+    fn attempt(&mut self, _last: bool, _block_until: Instant) -> Result<Turn<()>> {
+        self.lease
+            .swap_kind(LeaseKind::Exclusive, "promote")
+            .map(Turn::Granted)
+    }
+
+    fn block(&mut self, wake: Wake) -> Result<Woken<()>> {
+        Ok(self.pause.sleep(wake))
+    }
+
+    /// Only an interrupt is new here: an attempt's own error was counted by the attempt.
+    fn give_up(&mut self, error: Error) -> Result<()> {
+        if matches!(error, Error::Interrupted(_)) {
+            let cell = &self.lease.cell;
+            cell.stats.error(error.kind());
+            tracing::debug!(target: "leasehold", event = "interrupted",
+                backend = cell.backend.name(), key = %cell.key, why = %error);
+        }
+        Err(error)
     }
 }

@@ -2,7 +2,9 @@
 //! supplies a [`Waiter`] (one attempt, and a way to block until something may have changed), and
 //! core owns the rest: the wait's end, when the next attempt is due (a heartbeat, the holder's
 //! expiry), the final attempt once the wait is over, leaving the line when the wait fails, and the
-//! retry count. A backend therefore cannot get one of these wrong on its own.
+//! retry count. A backend therefore cannot get one of these wrong on its own. A promote waits by the
+//! same loop: what it waits for is not a new lease but its own lease turned exclusive, so the loop is
+//! generic in what a grant hands back (`T`, a [`RawLease`] for every acquire).
 
 use crate::error::{Error, Result};
 use crate::interrupt::{Watch, CHECK_EVERY};
@@ -26,9 +28,9 @@ pub fn deadline_after(wait: Duration) -> Instant {
 
 /// What one attempt of a waiting acquire found.
 #[derive(Debug)]
-pub enum Turn {
+pub enum Turn<T = RawLease> {
     /// The lease is ours.
-    Granted(RawLease),
+    Granted(T),
     /// Not yet: the key is held, or another waiter's turn comes first. `holder_left` is how long the
     /// holder's lease still runs, when the attempt could tell: the waiter wakes by then, since a
     /// holder that crashed frees the key only by running out, and nobody will say so.
@@ -55,25 +57,25 @@ impl Wake {
 /// of blocking. [`acquire`] drives it and owns everything else. A waiter is made for one wait
 /// ([`crate::LockBackend::waiter`] gets the wait's end), so it works out the bound of its round
 /// trips once.
-pub trait Waiter {
+pub trait Waiter<T = RawLease> {
     /// One attempt, which also takes or renews the waiter's place in the line. `last`: the wait is
     /// over, so this is the final attempt; refused, it must leave the line, so that no release
     /// hands the key to a waiter that has gone. A backend whose server queues waiters itself
     /// (PostgreSQL's lock queue) may block inside a non-final attempt, but only until
     /// `block_until` (at most [`crate::interrupt::CHECK_EVERY`] away, so that an interrupt is
     /// noticed in time). `NotAcquired` counts as [`Turn::NotYet`].
-    fn attempt(&mut self, last: bool, block_until: Instant) -> Result<Turn>;
+    fn attempt(&mut self, last: bool, block_until: Instant) -> Result<Turn<T>>;
 
     /// Blocks until something may have changed (a wake-up, a release, a polling waiter's pause is
     /// over) or `wake.until`, whichever comes first, and says which ([`Woken`]). Core may cut a long
     /// wake into slices (to look for interrupts): a block that reaches the end of a slice with
     /// nothing to report says [`Woken::Quiet`], and core blocks on without an attempt.
-    fn block(&mut self, wake: Wake) -> Result<Woken>;
+    fn block(&mut self, wake: Wake) -> Result<Woken<T>>;
 
     /// The wait ends by `error` before its final attempt (an attempt or a block failed, or the
     /// wait was interrupted): leave the line, and take a key handed to this waiter meanwhile. The
     /// default has no line to leave.
-    fn give_up(&mut self, error: Error) -> Result<RawLease> {
+    fn give_up(&mut self, error: Error) -> Result<T> {
         Err(error)
     }
 
@@ -89,13 +91,13 @@ pub trait Waiter {
 /// backend. So does `watch` firing (`Interrupted`), looked at least every
 /// [`CHECK_EVERY`]: blocks and server-side waits are cut into slices that long. The waiter bounds
 /// each of its own round trips, so the call ends within the wait + connect + I/O.
-pub fn acquire(
-    waiter: &mut dyn Waiter,
+pub fn acquire<T>(
+    waiter: &mut dyn Waiter<T>,
     key: &Key,
     kind: LeaseKind,
     end: Instant,
     watch: &Watch<'_>,
-) -> Result<RawLease> {
+) -> Result<T> {
     let mut attempts = 0u32;
     loop {
         if attempts > 0 {
@@ -170,9 +172,9 @@ fn next_wake(end: Instant, heartbeat: Option<Duration>, holder_left: Option<Dura
 
 /// How a [`Waiter::block`] ended.
 #[derive(Debug)]
-pub enum Woken {
+pub enum Woken<T = RawLease> {
     /// The key was handed to this waiter meanwhile.
-    Granted(RawLease),
+    Granted(T),
     /// Something may have changed, or a polling waiter's pause is over: attempt now.
     Attempt,
     /// The block reached `wake.until` with nothing to report.
@@ -207,7 +209,7 @@ impl Pause {
 
     /// Sleeps until the pause is over ([`Woken::Attempt`]) or the wake comes first
     /// ([`Woken::Quiet`]).
-    pub fn sleep(&mut self, wake: Wake) -> Woken {
+    pub fn sleep<T>(&mut self, wake: Wake) -> Woken<T> {
         let now = Instant::now();
         let backoff = &mut self.backoff;
         let due = *self
