@@ -1,5 +1,6 @@
 //! What every fence gate shares (PostgreSQL's, MySQL's, Redis's; see `docs/gate.md`): its error,
-//! and the rules for a resource name and an SQL table name.
+//! and the rules for a resource name and an SQL table name. Each SQL backend supplies only its
+//! statements.
 
 use crate::error::Error;
 
@@ -59,6 +60,49 @@ pub fn is_identifier(s: &str, max: usize) -> bool {
     matches!(bytes.next(), Some(b'a'..=b'z' | b'A'..=b'Z' | b'_'))
         && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
         && s.len() <= max
+}
+
+/// An SQL gate's table: its name as given (for messages) and as it goes into SQL text, each part
+/// validated ([`is_identifier`]) and quoted, so that the name is used exactly as given and cannot
+/// change a statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GateTable {
+    name: String,
+    quoted: String,
+}
+
+impl GateTable {
+    /// `name`: an identifier of at most `max_len` bytes, optionally qualified by one more
+    /// (`qualifier.table`, where `qualifier` says what the first part is: a schema, a database),
+    /// each part enclosed in `quote`. Anything else is `InvalidArgument`.
+    pub fn new(name: &str, max_len: usize, quote: char, qualifier: &str) -> Result<Self, Error> {
+        let parts: Vec<&str> = name.split('.').collect();
+        if parts.len() > 2 || !parts.iter().all(|p| is_identifier(p, max_len)) {
+            return Err(Error::invalid(format!(
+                "fence gate table {name:?}: expected an SQL identifier ([A-Za-z_][A-Za-z0-9_]*, at \
+                 most {max_len} bytes), optionally as {qualifier}.table"
+            )));
+        }
+        let quoted = parts
+            .iter()
+            .map(|p| format!("{quote}{p}{quote}"))
+            .collect::<Vec<_>>()
+            .join(".");
+        Ok(GateTable {
+            name: name.to_owned(),
+            quoted,
+        })
+    }
+
+    /// The name as given.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The name as it goes into SQL text.
+    pub fn quoted(&self) -> &str {
+        &self.quoted
+    }
 }
 
 /// A fence for an SQL gate's `BIGINT` column: 1 to `i64::MAX` (0 is no lease's fence; every

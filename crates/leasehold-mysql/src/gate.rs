@@ -25,7 +25,7 @@
 //! writers of one resource both get one, and their inserts then deadlock. Inserting first, the
 //! second writer simply waits for the first one's row.
 
-use leasehold_core::gate::{check_resource, is_identifier, sql_fence};
+use leasehold_core::gate::{check_resource, sql_fence, GateTable};
 pub use leasehold_core::gate::{GateError, MAX_RESOURCE_LEN};
 use leasehold_core::Error;
 use mysql::prelude::Queryable;
@@ -40,10 +40,8 @@ const MAX_IDENTIFIER_LEN: usize = 64;
 /// The gate over one table. Cheap to clone; holds no connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FenceGate {
-    /// As given (for messages).
-    table: String,
     /// Each part back-quoted: the name is used exactly as given.
-    quoted: String,
+    table: GateTable,
 }
 
 impl Default for FenceGate {
@@ -57,27 +55,14 @@ impl FenceGate {
     /// optionally qualified by its database (`db.table`). Anything else is `InvalidArgument`: the
     /// name goes into SQL text, so only names that cannot change a statement are accepted.
     pub fn new(table: &str) -> leasehold_core::Result<FenceGate> {
-        let parts: Vec<&str> = table.split('.').collect();
-        if parts.len() > 2 || !parts.iter().all(|p| is_identifier(p, MAX_IDENTIFIER_LEN)) {
-            return Err(Error::invalid(format!(
-                "fence gate table {table:?}: expected an SQL identifier ([A-Za-z_][A-Za-z0-9_]*, \
-                 at most {MAX_IDENTIFIER_LEN} bytes), optionally as database.table"
-            )));
-        }
-        let quoted = parts
-            .iter()
-            .map(|p| format!("`{p}`"))
-            .collect::<Vec<_>>()
-            .join(".");
         Ok(FenceGate {
-            table: table.to_owned(),
-            quoted,
+            table: GateTable::new(table, MAX_IDENTIFIER_LEN, '`', "database")?,
         })
     }
 
     /// The table's name, as given.
     pub fn table(&self) -> &str {
-        &self.table
+        self.table.name()
     }
 
     /// Creates the table if it does not exist. Note that DDL commits an open transaction in
@@ -89,7 +74,7 @@ impl FenceGate {
             "CREATE TABLE IF NOT EXISTS {} (resource VARBINARY({MAX_RESOURCE_LEN}) NOT NULL \
              PRIMARY KEY, fence BIGINT NOT NULL, updated_at TIMESTAMP(6) NOT NULL DEFAULT \
              CURRENT_TIMESTAMP(6)) ENGINE=InnoDB",
-            self.quoted
+            self.table.quoted()
         );
         conn.query_drop(sql)
             .map_err(|e| self.failed("creating the table", &e))
@@ -118,14 +103,14 @@ impl FenceGate {
             "INSERT INTO {} (resource, fence) VALUES (?, ?) ON DUPLICATE KEY UPDATE \
              updated_at = IF(fence <= ?, CURRENT_TIMESTAMP(6), updated_at), \
              fence = IF(fence <= ?, ?, fence)",
-            self.quoted
+            self.table.quoted()
         );
         let key = resource.as_bytes();
         tx.exec_drop(upsert, (key, f, f, f, f))
             .map_err(|e| self.failed("guard", &e))?;
         let read = format!(
             "SELECT fence FROM {} WHERE resource = ? FOR UPDATE",
-            self.quoted
+            self.table.quoted()
         );
         let stored: Option<i64> = tx
             .exec_first(read, (key,))
@@ -140,7 +125,7 @@ impl FenceGate {
             // The upsert just wrote a fence at least ours, under a lock this transaction holds.
             other => Err(Error::Internal(format!(
                 "fence gate on {}: after the upsert of fence {fence} the row holds {other:?}",
-                self.table
+                self.table.name()
             ))
             .into()),
         }
@@ -150,7 +135,10 @@ impl FenceGate {
     /// server's error code, so a caller can tell a deadlock, 1213, worth a retry).
     fn failed(&self, what: &str, e: &mysql::Error) -> Error {
         // A connected session's errors never carry its URL: there is no secret to mask.
-        Error::Unavailable(format!("fence gate on {}: {what} failed: {e}", self.table))
+        Error::Unavailable(format!(
+            "fence gate on {}: {what} failed: {e}",
+            self.table.name()
+        ))
     }
 }
 
@@ -161,9 +149,9 @@ mod tests {
 
     #[test]
     fn table_names_are_identifiers_optionally_qualified() {
-        assert_eq!(FenceGate::default().quoted, "`leasehold_fences`");
+        assert_eq!(FenceGate::default().table.quoted(), "`leasehold_fences`");
         assert_eq!(
-            FenceGate::new("app.Fences").unwrap().quoted,
+            FenceGate::new("app.Fences").unwrap().table.quoted(),
             "`app`.`Fences`"
         );
         assert!(FenceGate::new(&"t".repeat(MAX_IDENTIFIER_LEN)).is_ok());

@@ -17,7 +17,7 @@
 //! What it does not do: it orders writes that go through it, nothing else; a write that skips the
 //! gate, or goes to another database, is not protected. See docs/gate.md.
 
-use leasehold_core::gate::{check_resource, is_identifier, sql_fence};
+use leasehold_core::gate::{check_resource, sql_fence, GateTable};
 pub use leasehold_core::gate::{GateError, MAX_RESOURCE_LEN};
 use leasehold_core::Error;
 use postgres::types::Type;
@@ -33,10 +33,8 @@ const MAX_IDENTIFIER_LEN: usize = 63;
 /// The gate over one table. Cheap to clone; holds no connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FenceGate {
-    /// As given (for messages).
-    table: String,
     /// Each part double-quoted: the name is used exactly as given, like table mode's lock table.
-    quoted: String,
+    table: GateTable,
 }
 
 impl Default for FenceGate {
@@ -50,16 +48,14 @@ impl FenceGate {
     /// optionally schema-qualified (`schema.table`). Anything else is `InvalidArgument`: the name
     /// goes into SQL text, so only names that cannot change a statement are accepted.
     pub fn new(table: &str) -> leasehold_core::Result<FenceGate> {
-        let quoted = quote_table(table)?;
         Ok(FenceGate {
-            table: table.to_owned(),
-            quoted,
+            table: GateTable::new(table, MAX_IDENTIFIER_LEN, '"', "schema")?,
         })
     }
 
     /// The table's name, as given.
     pub fn table(&self) -> &str {
-        &self.table
+        self.table.name()
     }
 
     /// Creates the table if it does not exist. Safe to call from several processes at once.
@@ -67,7 +63,7 @@ impl FenceGate {
         let sql = format!(
             "CREATE TABLE IF NOT EXISTS {} (resource text PRIMARY KEY, fence bigint NOT NULL, \
              updated_at timestamptz NOT NULL DEFAULT now())",
-            self.quoted
+            self.table.quoted()
         );
         match client.batch_execute(&sql) {
             Ok(()) => Ok(()),
@@ -107,7 +103,7 @@ impl FenceGate {
             "INSERT INTO {t} AS g (resource, fence) VALUES ($1, $2) \
              ON CONFLICT (resource) DO UPDATE SET fence = EXCLUDED.fence, updated_at = now() \
              WHERE g.fence <= EXCLUDED.fence RETURNING g.fence",
-            t = self.quoted
+            t = self.table.quoted()
         );
         let params: [(&(dyn postgres::types::ToSql + Sync), Type); 2] =
             [(&resource, Type::TEXT), (&fence_param, Type::INT8)];
@@ -121,7 +117,10 @@ impl FenceGate {
         // update), so the value read now is the one that refused us. A statement of its own and
         // not a CTE beside the upsert: a CTE's read would see the statement's snapshot, taken
         // before a concurrent writer we waited for had committed.
-        let read = format!("SELECT fence FROM {} WHERE resource = $1", self.quoted);
+        let read = format!(
+            "SELECT fence FROM {} WHERE resource = $1",
+            self.table.quoted()
+        );
         let row = tx
             .query_typed_opt(&read, &[(&resource, Type::TEXT)])
             .map_err(|e| self.failed("reading the stored fence", &e))?;
@@ -152,29 +151,13 @@ impl FenceGate {
         // string, so there is no secret to mask.
         Error::Unavailable(format!(
             "fence gate on {}: {what} failed: {detail}{code}",
-            self.table
+            self.table.name()
         ))
     }
 }
 
 /// SQLSTATEs of a `CREATE … IF NOT EXISTS` that lost a race with the same creation.
 const CREATED_MEANWHILE: [&str; 3] = ["23505", "42P07", "42710"];
-
-/// `table`, each part validated and double-quoted.
-fn quote_table(table: &str) -> leasehold_core::Result<String> {
-    let parts: Vec<&str> = table.split('.').collect();
-    if parts.len() > 2 || !parts.iter().all(|p| is_identifier(p, MAX_IDENTIFIER_LEN)) {
-        return Err(Error::invalid(format!(
-            "fence gate table {table:?}: expected an SQL identifier ([A-Za-z_][A-Za-z0-9_]*, at \
-             most {MAX_IDENTIFIER_LEN} bytes), optionally as schema.table"
-        )));
-    }
-    Ok(parts
-        .iter()
-        .map(|p| format!("\"{p}\""))
-        .collect::<Vec<_>>()
-        .join("."))
-}
 
 #[cfg(test)]
 mod tests {
@@ -183,9 +166,9 @@ mod tests {
 
     #[test]
     fn table_names_are_identifiers_optionally_schema_qualified() {
-        assert_eq!(FenceGate::default().quoted, "\"leasehold_fences\"");
+        assert_eq!(FenceGate::default().table.quoted(), "\"leasehold_fences\"");
         assert_eq!(
-            FenceGate::new("app.Fences").unwrap().quoted,
+            FenceGate::new("app.Fences").unwrap().table.quoted(),
             "\"app\".\"Fences\""
         );
         let longest = "t".repeat(MAX_IDENTIFIER_LEN);
