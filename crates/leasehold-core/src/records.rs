@@ -4,7 +4,8 @@
 
 use crate::error::Result;
 use crate::key::Key;
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// The largest record value: a result is meant to say what happened (an id, a status, a short
 /// output), not to carry data.
@@ -32,4 +33,58 @@ pub trait RecordStore: Send + Sync {
     /// `value` is at most [`MAX_RECORD`] bytes and `keep` at most [`MAX_KEEP`] (checked by the
     /// caller).
     fn put(&self, key: &Key, fence: u64, value: &[u8], keep: Duration) -> Result<bool>;
+}
+
+/// How often a process sweeps expired records out of one table: an SQL backend deletes a bounded
+/// batch of them now and then, on the way of a put, so that the table holds what is kept and not
+/// every record ever written. One throttle per backend crate, keyed by the table and its server.
+pub struct SweepThrottle {
+    every: Duration,
+    next: Mutex<Vec<(String, Instant)>>,
+}
+
+impl SweepThrottle {
+    pub const fn new(every: Duration) -> Self {
+        SweepThrottle {
+            every,
+            next: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Whether `table` (named with its server) is due for a sweep, and if so, not again for a
+    /// while. `false` while another thread holds the throttle, or held it when this process was
+    /// forked: a sweep skipped is left to the next put.
+    pub fn due(&self, table: &str) -> bool {
+        let Ok(mut next) = self.next.try_lock() else {
+            return false;
+        };
+        let now = Instant::now();
+        let later = now.checked_add(self.every).unwrap_or(now);
+        match next.iter_mut().find(|(t, _)| t == table) {
+            Some((_, at)) if now < *at => false,
+            Some((_, at)) => {
+                *at = later;
+                true
+            }
+            None => {
+                next.push((table.to_owned(), later));
+                true
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_table_is_due_once_per_period() {
+        let throttle = SweepThrottle::new(Duration::from_secs(60));
+        assert!(throttle.due("db t1"));
+        assert!(!throttle.due("db t1"));
+        assert!(throttle.due("db t2"));
+        let quick = SweepThrottle::new(Duration::ZERO);
+        assert!(quick.due("t") && quick.due("t"));
+    }
 }

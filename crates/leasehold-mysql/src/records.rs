@@ -46,11 +46,10 @@ use crate::names::{hex_literal, micros, row_key, NOW_US};
 use crate::session::{call, with_session, Answers, Failure};
 use crate::{Mode, MysqlBackend};
 use leasehold_core::config::DEFAULT_MYSQL_TABLE;
-use leasehold_core::records::{Record, RecordStore};
+use leasehold_core::records::{Record, RecordStore, SweepThrottle};
 use leasehold_core::{Deadline, Error, Key, Result};
 use mysql::Value;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The records table when the URL names no table of its own.
 pub const RECORDS_TABLE: &str = "leasehold_records";
@@ -113,22 +112,13 @@ impl MysqlBackend {
     /// Deletes up to 1000 rows that expired over a second ago, at most once per [`SWEEP_EVERY`]
     /// per table, server and process; a failure is left to the next time.
     fn sweep_records(&self, table: &str, deadline: Deadline) {
-        static SWEPT: Mutex<Vec<(String, Instant)>> = Mutex::new(Vec::new());
+        static SWEEPS: SweepThrottle = SweepThrottle::new(SWEEP_EVERY);
         if deadline.remaining() < self.pools.io_timeout {
             return;
         }
-        let id = format!("{} {table}", self.describe);
-        let now = Instant::now();
-        // Another thread is at it (or held the lock when this process was forked): skip.
-        let Ok(mut swept) = SWEPT.try_lock() else {
+        if !SWEEPS.due(&format!("{} {table}", self.describe)) {
             return;
-        };
-        match swept.iter_mut().find(|(t, _)| *t == id) {
-            Some((_, next)) if now < *next => return,
-            Some((_, next)) => *next = now + SWEEP_EVERY,
-            None => swept.push((id, now + SWEEP_EVERY)),
         }
-        drop(swept);
         if let Err(e) = self.delete_expired(table, deadline) {
             tracing::debug!("leasehold-mysql: sweeping expired records failed: {e}");
         }

@@ -34,10 +34,9 @@ use crate::table::suffixed;
 use crate::waiting::bounded_wait;
 use crate::{created_meanwhile, with_session, Mode, PostgresBackend};
 use leasehold_core::config::DEFAULT_TABLE;
-use leasehold_core::records::{Record, RecordStore};
+use leasehold_core::records::{Record, RecordStore, SweepThrottle};
 use leasehold_core::{Deadline, Error, Key, Result};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The records table when table mode names no table of its own (and always in advisory mode).
 pub const RECORDS_TABLE: &str = "leasehold_records";
@@ -93,22 +92,13 @@ impl PostgresBackend {
     /// [`SWEEP_EVERY`] per table, server and process, when `deadline` leaves room for it. The
     /// outer condition is checked again on the locked row, so a row written meanwhile is kept.
     fn sweep_records(&self, session: &mut Session, table: &str, deadline: Deadline) {
-        static SWEPT: Mutex<Vec<(String, Instant)>> = Mutex::new(Vec::new());
+        static SWEEPS: SweepThrottle = SweepThrottle::new(SWEEP_EVERY);
         if deadline.remaining() < self.pools.io_timeout {
             return;
         }
-        let id = format!("{} {table}", self.describe);
-        let now = Instant::now();
-        // Another thread is at it (or held the lock when this process was forked): skip.
-        let Ok(mut swept) = SWEPT.try_lock() else {
+        if !SWEEPS.due(&format!("{} {table}", self.describe)) {
             return;
-        };
-        match swept.iter_mut().find(|(t, _)| *t == id) {
-            Some((_, next)) if now < *next => return,
-            Some((_, next)) => *next = now + SWEEP_EVERY,
-            None => swept.push((id, now + SWEEP_EVERY)),
         }
-        drop(swept);
         if let Err(e) = self.delete_expired(session, table, deadline) {
             tracing::debug!(error = %describe(&e), "sweeping expired records failed");
         }
