@@ -841,6 +841,15 @@ impl Pools {
         self.size
     }
 
+    /// A session of this pool's kind opened outside the pool, by `deadline`, closed when dropped:
+    /// for a look at the server that must not take a place in the pool (a pooler probe).
+    pub fn open_apart(&self, deadline: Deadline) -> Result<Session> {
+        self.pool
+            .manager()
+            .connect(deadline.remaining())
+            .map_err(|e| self.unavailable(format!("cannot open a PostgreSQL session: {e}")))
+    }
+
     /// `error` with every secret of the configuration masked in its message.
     pub fn redacted(&self, error: Error) -> Error {
         error.redacted(&self.secrets)
