@@ -155,9 +155,15 @@ mod tests {
     fn a_pooler_is_suspected_where_the_server_was_reached_another_way() {
         let url = "postgres://u@db.example:6432/app";
         assert!(suspected(url, Some("5432")), "another port: a pooler's");
-        assert!(suspected(url, None), "TCP to us, a Unix socket to the server");
+        assert!(
+            suspected(url, None),
+            "TCP to us, a Unix socket to the server"
+        );
         assert!(!suspected("postgres://u@db.example:5432/app", Some("5432")));
-        assert!(!suspected("postgres://u@db.example/app", Some("5432")), "5432 by default");
+        assert!(
+            !suspected("postgres://u@db.example/app", Some("5432")),
+            "5432 by default"
+        );
         assert!(!suspected("postgres://u@a:5433,b:5434/app", Some("5434")));
         assert!(
             suspected("postgres://u@%2Fvar%2Frun%2Fpostgresql/app", Some("5432")),
