@@ -12,7 +12,9 @@
 //! pooling; seeing neither proves nothing (a busy pooler may hand out distinct server sessions by
 //! chance), which is why the URL may say.
 //!
-//! The probe costs a second session and two round trips, so it runs only where a pooler may sit:
+//! The probe costs a second session and up to ten round trips (two when a transaction pooler is
+//! idle: the second session gets the first one's server session at once), so it runs only where a
+//! pooler may sit:
 //! when the server says it was reached on another port than the URL's (a pooler listens on a port
 //! of its own, 6432 by default) or not over TCP at all while we connected over TCP, and when the
 //! URL names a Unix socket (a local pooler is commonly reached that way). A pooler on the same port
@@ -31,6 +33,10 @@ pub(crate) const BACKEND: &str =
 /// The SQL expression of the server's port as the server saw our connection (NULL over a Unix
 /// socket).
 pub(crate) const SERVER_PORT: &str = "inet_server_port()";
+
+/// How many times the probe asks each of its two sessions for its backend, at most (it stops at
+/// the first proof): 2 round trips each.
+const PROBE_ROUNDS: usize = 5;
 
 /// Where the connection string sends us: TCP ports, and whether any host is a Unix socket.
 struct Dialed {
@@ -100,8 +106,9 @@ pub(crate) fn settle(
     };
     let mut seen_first = vec![first_backend.to_owned()];
     let mut seen_second = Vec::new();
-    // Two rounds: a pooler busy with other clients may hand out distinct server sessions once.
-    for _ in 0..2 {
+    // Several rounds: a pooler busy with other clients may happen to give each of the two
+    // connections the same server session again for a while; an idle one shows it at once.
+    for _ in 0..PROBE_ROUNDS {
         seen_second.extend(ask(&mut second)?);
         seen_first.extend(ask(first)?);
         let changed = |seen: &[String]| seen.windows(2).any(|w| w[0] != w[1]);
