@@ -211,7 +211,7 @@ use leasehold_core::Deadline;
 use leasehold_core::{
     Config, Error, Key, KeyInfo, LeaseKind, LockBackend, RawLease, Result, Token, Ttl,
 };
-use session::{last_value, number, Conn, Failure, Pools, Session};
+use session::{last_value, number, Conn, Failure, Pools, Session, SessionSettings};
 use std::fmt;
 use std::time::Instant;
 use table::{QueueWaiter, Table};
@@ -265,21 +265,22 @@ impl PostgresBackend {
         }
         // Only advisory sessions outlive a call, so only they get session settings. Until it is
         // known that no transaction pooler is in front (which would hand those settings to other
-        // clients' transactions), advisory mode looks at the server on sessions without them.
-        let probing = advisory && pg.pooler.is_none();
-        let new_pools = |session_settings: bool| {
-            Pools::new(
-                pg.connection.expose(),
-                config.connect_timeout,
-                config.io_timeout,
-                config.pool_size,
-                config.secrets(),
-                session_settings,
-                tls::Tls::new(pg)?,
-                pg.password.as_ref().map(|p| p.expose()),
-            )
+        // clients' transactions), advisory mode looks at the server without them.
+        let settings = match (advisory, pg.pooler) {
+            (false, _) => SessionSettings::None,
+            (true, None) => SessionSettings::Later,
+            (true, Some(_)) => SessionSettings::Now,
         };
-        let pools = new_pools(advisory && !probing)?;
+        let pools = Pools::new(
+            pg.connection.expose(),
+            config.connect_timeout,
+            config.io_timeout,
+            config.pool_size,
+            config.secrets(),
+            settings,
+            tls::Tls::new(pg)?,
+            pg.password.as_ref().map(|p| p.expose()),
+        )?;
         // Setting up is one call: bounded by one connect and one I/O timeout in all.
         let deadline = pools.call();
         let first = format!(
@@ -309,6 +310,11 @@ impl PostgresBackend {
             conn.poisoned = true;
             return Err(pooler::advisory_refused(&said));
         }
+        if settings == SessionSettings::Later {
+            pools
+                .begin_session_settings(&mut conn, deadline)
+                .map_err(|e| pools.failed("connect", &e))?;
+        }
         let mode = match pg.mode {
             PostgresLockMode::Table => {
                 let mut table = Table::new(&pg.table, &config.prefix, config.io_timeout);
@@ -328,8 +334,6 @@ impl PostgresBackend {
             )?)),
         };
         drop(conn);
-        // No transaction pooler found: the pool that advisory leases use has the settings.
-        let pools = if probing { new_pools(true)? } else { pools };
         Ok(PostgresBackend {
             mode,
             pools,
@@ -657,6 +661,26 @@ mod tests {
             .release()
             .expect("release");
         assert_eq!(session::detached_sessions(), 0, "closed after its TTL");
+    }
+
+    #[test]
+    fn an_advisory_session_has_its_settings_once_no_pooler_was_found() {
+        // No pooler= in the URL: connect looks at the server before it sets anything, then gives
+        // the session it looked on (the pool's only one here) its settings.
+        let url = PostgresServer::shared()
+            .url_with("lock=advisory&pool_size=1&connect_timeout_ms=2000&io_timeout_ms=1500");
+        let backend = PostgresBackend::connect(&Config::parse(&url).unwrap()).unwrap();
+        assert_eq!(backend.pooler(), PostgresPooler::None);
+        let mut conn = backend.pools.get(backend.pools.call()).unwrap();
+        assert!(conn.reused, "the session connect used");
+        let rows = conn
+            .rows(
+                "SELECT current_setting('statement_timeout') || ' ' || \
+                        current_setting('tcp_user_timeout')",
+                backend.pools.call(),
+            )
+            .unwrap();
+        assert_eq!(last_value(&rows, 0), Some("1500ms 10000"));
     }
 
     #[test]
