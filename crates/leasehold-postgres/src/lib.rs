@@ -110,9 +110,9 @@
 //!   makes an attempt at least every 500 ms: a head that stops (SIGSTOP, a wedged process) has its
 //!   session ended by the server, and the next waiter moves up, within about 3 s.
 //! * Durable grants (table mode, and records in both modes): every statement commits with
-//!   `SET LOCAL synchronous_commit = on` (in its own round trip), so a grant, its fence or a record
-//!   the client was told about survives a crash of the server even where the server, database or
-//!   role sets `synchronous_commit = off` (`tests/durability.rs`). Whether it also survives a
+//!   `SET LOCAL synchronous_commit = on` (sent with it: no round trip more), so a grant, its fence
+//!   or a record the client was told about survives a crash of the server even where the server,
+//!   database or role sets `synchronous_commit = off` (`tests/durability.rs`). Whether it also survives a
 //!   failover is the server's replication: with `synchronous_standby_names` the commit waits for
 //!   the standbys it names; without, an asynchronous standby may miss it.
 //! * Requires PostgreSQL 14 or later (`idle_session_timeout`).
