@@ -16,8 +16,8 @@ pub use mysql::{
     MysqlConfig, MysqlLockMode, MysqlSslMode, DEFAULT_MYSQL_PORT, DEFAULT_MYSQL_TABLE, MYSQL_PARAMS,
 };
 pub use postgres::{
-    validate_table_name, PostgresConfig, PostgresLockMode, PostgresSslMode, DEFAULT_TABLE,
-    POSTGRES_PARAMS,
+    validate_table_name, PostgresConfig, PostgresLockMode, PostgresPooler, PostgresSslMode,
+    DEFAULT_TABLE, POSTGRES_PARAMS,
 };
 pub use redis::{
     RedisOptions, RedisServer, TlsOptions, DEFAULT_REDIS_PORT, DEFAULT_SENTINEL_PORT, MAX_REPLICAS,

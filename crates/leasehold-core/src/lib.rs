@@ -39,7 +39,7 @@ pub use backend::{KeyInfo, LockBackend};
 pub use client::Client;
 pub use config::{
     BackendConfig, Config, MysqlConfig, MysqlLockMode, PostgresConfig, PostgresLockMode,
-    RedisServer,
+    PostgresPooler, RedisServer,
 };
 pub use deadline::Deadline;
 pub use error::{Error, ErrorKind, Result};

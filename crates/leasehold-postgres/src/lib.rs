@@ -9,13 +9,27 @@
 //!   calls: a held lease survives its client's reconnects and a server restart. Waiting uses
 //!   LISTEN/NOTIFY, with a wake-up at the holder's expiry in case the holder died.
 //!
-//! # PgBouncer
+//! # Poolers (PgBouncer)
 //!
-//! Advisory mode needs **session pooling** (or a direct connection): under transaction pooling a
-//! session lock stays on whichever server session the bouncer picked, and leaks. In table mode,
-//! `try_acquire`, `release`, `extend` and `inspect` are single statements that leave nothing on the
-//! session (timeouts are `SET LOCAL`), so they work under transaction pooling too; waiting
-//! (`acquire` with a wait) LISTENs and queues on a session advisory lock, so it needs session pooling.
+//! `pooler=none|session|transaction` says what sits in front of the server. Without it, connect
+//! detects a transaction pooler where it can (see the `pooler` module: the server session behind a
+//! connection changes between transactions) and otherwise takes `none`; session pooling behaves as
+//! a direct connection, so `none` and `session` are the same to Leasehold. Under `transaction`,
+//! nothing may stay on a server session between transactions, since the pooler hands it to other
+//! clients:
+//!
+//! * **advisory** mode is refused at connect (`InvalidArgument`): a session lock would stay on
+//!   whichever server session the pooler picked. While it is not yet known whether a transaction
+//!   pooler is in front, advisory connect looks at the server on sessions without the settings it
+//!   gives its own sessions, so nothing is handed to other clients either way.
+//! * **table** mode works: `try_acquire`, `release`, `extend`, `inspect`, restore, force-release,
+//!   semaphores and records are single statements that leave nothing on the session (timeouts are
+//!   `SET LOCAL`, locks transaction-scoped). Waiting acquires poll instead of queueing on a session
+//!   advisory lock with `LISTEN`: core's wait loop with capped, jittered backoff (1–32 ms), so a
+//!   wait is bounded but not FIFO (a newcomer may go first). Shared leases (and promote, demote) are
+//!   refused with `InvalidArgument`: a waiting writer holds back new readers with a session lock.
+//!
+//! `tests/pgbouncer.rs` runs both modes through PgBouncer in both pool modes.
 //!
 //! # The lock id (advisory mode)
 //!
@@ -95,6 +109,12 @@
 //!   attempts, so its session has a short `idle_session_timeout` while it is queued (3 s) and it
 //!   makes an attempt at least every 500 ms: a head that stops (SIGSTOP, a wedged process) has its
 //!   session ended by the server, and the next waiter moves up, within about 3 s.
+//! * Durable grants (table mode, and records in both modes): every statement commits with
+//!   `SET LOCAL synchronous_commit = on` (sent with it: no round trip more), so a grant, its fence
+//!   or a record the client was told about survives a crash of the server even where the server,
+//!   database or role sets `synchronous_commit = off` (`tests/durability.rs`). Whether it also survives a
+//!   failover is the server's replication: with `synchronous_standby_names` the commit waits for
+//!   the standbys it names; without, an asynchronous standby may miss it.
 //! * Requires PostgreSQL 14 or later (`idle_session_timeout`).
 //!
 //! # Shared locks and semaphores
@@ -173,6 +193,7 @@ mod advisory;
 mod ask;
 pub mod gate;
 mod lock_id;
+mod pooler;
 mod records;
 mod session;
 mod table;
@@ -184,13 +205,13 @@ pub use lock_id::{lock_id, semaphore_slot_id};
 
 use advisory::{Advisory, LockWaiter, PermitWaiter};
 use ask::Ask;
-use leasehold_core::config::{BackendConfig, PostgresLockMode};
-use leasehold_core::wait::Waiter;
+use leasehold_core::config::{BackendConfig, PostgresLockMode, PostgresPooler};
+use leasehold_core::wait::{Polling, Waiter};
 use leasehold_core::Deadline;
 use leasehold_core::{
     Config, Error, Key, KeyInfo, LeaseKind, LockBackend, RawLease, Result, Token, Ttl,
 };
-use session::{last_value, number, Conn, Failure, Pools, Session};
+use session::{last_value, number, Conn, Failure, Pools, Session, SessionSettings};
 use std::fmt;
 use std::time::Instant;
 use table::{QueueWaiter, Table};
@@ -205,6 +226,9 @@ const MIN_SERVER_VERSION: u32 = 140_000;
 pub struct PostgresBackend {
     mode: Mode,
     pools: Pools,
+    pooler: PostgresPooler,
+    /// The pooler as connect settled it, for refusals ([`pooler::said`]).
+    said: String,
     prefix: String,
     describe: String,
 }
@@ -234,26 +258,62 @@ impl PostgresBackend {
                 config.describe()
             )));
         };
+        let advisory = pg.mode == PostgresLockMode::Advisory;
+        if advisory && pg.pooler == Some(PostgresPooler::Transaction) {
+            let said = pooler::said(pg.pooler, PostgresPooler::Transaction);
+            return Err(pooler::advisory_refused(&said));
+        }
+        // Only advisory sessions outlive a call, so only they get session settings. Until it is
+        // known that no transaction pooler is in front (which would hand those settings to other
+        // clients' transactions), advisory mode looks at the server without them.
+        let settings = match (advisory, pg.pooler) {
+            (false, _) => SessionSettings::None,
+            (true, None) => SessionSettings::Later,
+            (true, Some(_)) => SessionSettings::Now,
+        };
         let pools = Pools::new(
             pg.connection.expose(),
             config.connect_timeout,
             config.io_timeout,
             config.pool_size,
             config.secrets(),
-            // Only advisory sessions outlive a call; table mode leaves nothing on its sessions.
-            pg.mode == PostgresLockMode::Advisory,
+            settings,
             tls::Tls::new(pg)?,
             pg.password.as_ref().map(|p| p.expose()),
         )?;
         // Setting up is one call: bounded by one connect and one I/O timeout in all.
         let deadline = pools.call();
-        let (mut conn, version) =
-            call_rows(&pools, deadline, "SHOW server_version_num", "connect")?;
-        let version = number::<u32>(last_value(&version, 0))?.unwrap_or(0);
+        let first = format!(
+            "SELECT current_setting('server_version_num'), {}, {}",
+            pooler::BACKEND,
+            pooler::SERVER_PORT
+        );
+        let (mut conn, rows) = call_rows(&pools, deadline, &first, "connect")?;
+        let row = rows.last();
+        let version = number::<u32>(row.and_then(|r| r.get(0)))?.unwrap_or(0);
         if version < MIN_SERVER_VERSION {
             return Err(Error::invalid(format!(
                 "Leasehold needs PostgreSQL 14 or later (idle_session_timeout); the server is {version}"
             )));
+        }
+        let suspect = pooler::suspected(pg.connection.expose(), row.and_then(|r| r.get(2)));
+        let pooler = pooler::settle(
+            pg.pooler,
+            &pools,
+            &mut conn,
+            row.and_then(|r| r.get(1)),
+            suspect,
+            deadline,
+        )?;
+        let said = pooler::said(pg.pooler, pooler);
+        if advisory && pooler == PostgresPooler::Transaction {
+            conn.poisoned = true;
+            return Err(pooler::advisory_refused(&said));
+        }
+        if settings == SessionSettings::Later {
+            pools
+                .begin_session_settings(&mut conn, deadline)
+                .map_err(|e| pools.failed("connect", &e))?;
         }
         let mode = match pg.mode {
             PostgresLockMode::Table => {
@@ -273,12 +333,30 @@ impl PostgresBackend {
                 },
             )?)),
         };
+        drop(conn);
         Ok(PostgresBackend {
             mode,
             pools,
+            pooler,
+            said,
             prefix: config.prefix.clone(),
             describe: config.describe(),
         })
+    }
+
+    /// The pooler this backend works with: the URL's `pooler=`, else what connect detected
+    /// (`transaction` when it saw the server session change under a connection, else `none`).
+    pub fn pooler(&self) -> PostgresPooler {
+        self.pooler
+    }
+
+    /// Refuses a shared lease (or a move between shared and exclusive) under transaction
+    /// pooling: see [`pooler::shared_refused`].
+    fn shared_allowed(&self) -> Result<()> {
+        match self.pooler {
+            PostgresPooler::Transaction => Err(pooler::shared_refused(&self.said)),
+            _ => Ok(()),
+        }
     }
 
     /// The acquire of `key` for `ttl` that the mode methods take.
@@ -312,6 +390,9 @@ impl LockBackend for PostgresBackend {
         if kind == LeaseKind::Exclusive {
             return self.try_acquire(key, ttl);
         }
+        if kind == LeaseKind::Shared {
+            self.shared_allowed()?;
+        }
         let ask = self.ask(key, ttl);
         match (&self.mode, kind) {
             (Mode::Advisory(a), LeaseKind::Shared) => a.try_acquire(&ask, true),
@@ -336,7 +417,15 @@ impl LockBackend for PostgresBackend {
         ttl: Ttl,
         end: Instant,
     ) -> Result<Box<dyn Waiter + 'a>> {
+        if kind == LeaseKind::Shared {
+            self.shared_allowed()?;
+        }
         let ask = self.ask(key, ttl);
+        if self.pooler == PostgresPooler::Transaction {
+            // The queue's head holds a session lock and LISTENs, which transaction pooling
+            // would hand to other clients: waits poll instead, through the same loop.
+            return Ok(Box::new(Polling::new(self, key, kind, ttl, end)));
+        }
         Ok(match (&self.mode, kind) {
             (Mode::Advisory(a), LeaseKind::Exclusive) => {
                 Box::new(LockWaiter::new(a, ask, false, end))
@@ -403,6 +492,7 @@ impl LockBackend for PostgresBackend {
     }
 
     fn try_promote(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        self.shared_allowed()?;
         match &self.mode {
             Mode::Advisory(a) => a.try_promote(&self.pools, lease, ttl),
             Mode::Table(t) => t.try_promote(&self.pools, lease, ttl),
@@ -410,6 +500,7 @@ impl LockBackend for PostgresBackend {
     }
 
     fn demote(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        self.shared_allowed()?;
         match &self.mode {
             Mode::Advisory(a) => a.demote(&self.pools, lease, ttl),
             Mode::Table(t) => t.demote(&self.pools, lease, ttl),
@@ -570,6 +661,26 @@ mod tests {
             .release()
             .expect("release");
         assert_eq!(session::detached_sessions(), 0, "closed after its TTL");
+    }
+
+    #[test]
+    fn an_advisory_session_has_its_settings_once_no_pooler_was_found() {
+        // No pooler= in the URL: connect looks at the server before it sets anything, then gives
+        // the session it looked on (the pool's only one here) its settings.
+        let url = PostgresServer::shared()
+            .url_with("lock=advisory&pool_size=1&connect_timeout_ms=2000&io_timeout_ms=1500");
+        let backend = PostgresBackend::connect(&Config::parse(&url).unwrap()).unwrap();
+        assert_eq!(backend.pooler(), PostgresPooler::None);
+        let mut conn = backend.pools.get(backend.pools.call()).unwrap();
+        assert!(conn.reused, "the session connect used");
+        let rows = conn
+            .rows(
+                "SELECT current_setting('statement_timeout') || ' ' || \
+                        current_setting('tcp_user_timeout')",
+                backend.pools.call(),
+            )
+            .unwrap();
+        assert_eq!(last_value(&rows, 0), Some("1500ms 10000"));
     }
 
     #[test]

@@ -30,7 +30,7 @@
 
 use crate::lock_id::hex;
 use crate::session::{describe, number, Failure, Session};
-use crate::table::suffixed;
+use crate::table::{suffixed, DURABLE};
 use crate::waiting::bounded_wait;
 use crate::{created_meanwhile, with_session, Mode, PostgresBackend};
 use leasehold_core::config::DEFAULT_TABLE;
@@ -59,10 +59,11 @@ impl PostgresBackend {
         }
     }
 
-    /// `sql` with the I/O timeout set for its implicit transaction only.
+    /// `sql` with a durable commit ([`DURABLE`]) and the I/O timeout set for its implicit
+    /// transaction only.
     fn records_bounded(&self, sql: &str) -> String {
         format!(
-            "{}{sql}",
+            "{DURABLE}{}{sql}",
             bounded_wait(self.pools.io_timeout, Duration::ZERO)
         )
     }

@@ -19,7 +19,7 @@ use leasehold_core::pool::{ManageConnection, Pool, PoolError, PooledConnection};
 use leasehold_core::{Deadline, Error, Result};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::runtime::Runtime;
@@ -430,6 +430,8 @@ pub(crate) struct SessionManager {
     config: tokio_postgres::Config,
     tls: Tls,
     setup: String,
+    /// Whether new sessions get `setup` now (see [`SessionSettings::Later`]).
+    apply_setup: AtomicBool,
     io_timeout: Duration,
 }
 
@@ -474,7 +476,7 @@ impl ManageConnection for SessionManager {
             reused: false,
             timed_out: false,
         };
-        if !self.setup.is_empty() {
+        if self.apply_setup.load(Ordering::Relaxed) && !self.setup.is_empty() {
             session
                 .rows_within(&self.setup, deadline.remaining())
                 .map_err(|e| match e {
@@ -682,6 +684,19 @@ impl std::fmt::Display for ConnectError {
 
 pub(crate) type Conn = PooledConnection<SessionManager>;
 
+/// Whether a pool's sessions get the session settings (advisory mode's statement bounds and the
+/// server-side TCP settings) when they open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SessionSettings {
+    /// Never (table mode: nothing is left on a session).
+    None,
+    /// From the first session on.
+    Now,
+    /// Once [`Pools::begin_session_settings`] says so: until then it is not known whether they
+    /// may be set (a transaction pooler would hand them to other clients).
+    Later,
+}
+
 pub(crate) struct Pools {
     pool: Pool<SessionManager>,
     size: u32,
@@ -710,7 +725,7 @@ impl Pools {
         io_timeout: Duration,
         size: u32,
         secrets: Vec<String>,
-        session_settings: bool,
+        session_settings: SessionSettings,
         tls: Tls,
         password: Option<&str>,
     ) -> Result<Pools> {
@@ -772,7 +787,7 @@ impl Pools {
         // Defaults for every statement of a session that holds advisory locks; calls that wait set
         // their own with SET LOCAL. The server-side TCP settings make the server notice a dead client
         // in seconds, not hours, and so free its locks.
-        let setup = if !session_settings {
+        let setup = if session_settings == SessionSettings::None {
             String::new()
         } else {
             format!(
@@ -793,6 +808,7 @@ impl Pools {
                 config,
                 tls,
                 setup,
+                apply_setup: (session_settings == SessionSettings::Now).into(),
                 io_timeout,
             },
             size,
@@ -839,6 +855,30 @@ impl Pools {
 
     pub fn size(&self) -> u32 {
         self.size
+    }
+
+    /// Gives sessions opened from now on the session settings ([`SessionSettings::Later`]), and
+    /// `session`, opened before, too.
+    pub fn begin_session_settings(
+        &self,
+        session: &mut Session,
+        deadline: Deadline,
+    ) -> Result<(), Failure> {
+        let manager = self.pool.manager();
+        manager.apply_setup.store(true, Ordering::Relaxed);
+        if manager.setup.is_empty() {
+            return Ok(());
+        }
+        session.rows(&manager.setup, deadline).map(drop)
+    }
+
+    /// A session of this pool's kind opened outside the pool, by `deadline`, closed when dropped:
+    /// for a look at the server that must not take a place in the pool (a pooler probe).
+    pub fn open_apart(&self, deadline: Deadline) -> Result<Session> {
+        self.pool
+            .manager()
+            .connect(deadline.remaining())
+            .map_err(|e| self.unavailable(format!("cannot open a PostgreSQL session: {e}")))
     }
 
     /// `error` with every secret of the configuration masked in its message.

@@ -14,6 +14,7 @@ mod fork;
 pub mod generator;
 pub mod history;
 mod mariadb;
+mod pgbouncer;
 mod port;
 mod postgres;
 pub mod processes;
@@ -29,6 +30,7 @@ pub use history::{Belief, History, Mode, Op, OpKind, Outcome, Snapshot};
 pub use mariadb::{
     MariaDbServer, MARIADB_DATABASE, MARIADB_PASSWORD, MARIADB_USER, MARIADB_X509_USER,
 };
+pub use pgbouncer::{PgBouncer, PoolMode};
 pub use port::free_port;
 pub use postgres::PostgresServer;
 pub use proxy::{Fault, FaultCycler, FaultProxy};

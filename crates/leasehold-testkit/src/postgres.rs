@@ -387,7 +387,7 @@ fn descendants(root: i32) -> Vec<i32> {
 
 /// Whether the server accepts a session now: a startup packet answered by ReadyForQuery, not by an
 /// error such as "the database system is starting up".
-fn ready(port: u16) -> bool {
+pub(crate) fn ready(port: u16) -> bool {
     let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
         return false;
     };
@@ -461,7 +461,7 @@ fn bin_dir() -> PathBuf {
 }
 
 /// The `postgres` user's ids when we are root, since PostgreSQL refuses to run as root.
-fn run_as() -> Option<(u32, u32)> {
+pub(crate) fn run_as() -> Option<(u32, u32)> {
     // SAFETY: getuid has no preconditions; getpwnam's result is read at once, before any other call
     // that could reuse its static buffer.
     unsafe {
@@ -477,22 +477,25 @@ fn run_as() -> Option<(u32, u32)> {
     }
 }
 
-fn chown(path: &Path, uid: u32, gid: u32) {
+pub(crate) fn chown(path: &Path, uid: u32, gid: u32) {
     std::os::unix::fs::chown(path, Some(uid), Some(gid)).expect("chown for the postgres user");
 }
 
 /// Data directories of test processes that died without cleaning up (the shared server's directory
 /// is never dropped): `leasehold-test-postgres:PID:…` whose PID is gone.
 fn remove_stale_dirs() {
+    remove_stale("postgres");
+}
+
+/// Directories `leasehold-test-LABEL:PID:…` of test processes that are gone.
+pub(crate) fn remove_stale(label: &str) {
+    let prefix = format!("leasehold-test-{label}:");
     let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
         return;
     };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(rest) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("leasehold-test-postgres:"))
-        else {
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(prefix.as_str())) else {
             continue;
         };
         let Some(pid) = rest.split(':').next().and_then(|p| p.parse::<i32>().ok()) else {

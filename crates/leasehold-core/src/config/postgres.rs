@@ -13,6 +13,7 @@ pub const DEFAULT_TABLE: &str = "leasehold_locks";
 pub const POSTGRES_PARAMS: &[&str] = &[
     "lock",
     "table",
+    "pooler",
     "user",
     "password",
     "dbname",
@@ -46,9 +47,37 @@ pub enum PostgresLockMode {
     Table,
 }
 
+/// `pooler=`: what sits between the client and the server, as far as it matters to Leasehold.
+/// A client cannot ask a pooler its mode, only infer it, so the URL may say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PostgresPooler {
+    /// A direct connection (or a proxy that keeps one server session per client connection).
+    None,
+    /// A pooler in session pooling: one server session per client connection while it lasts.
+    Session,
+    /// A pooler in transaction (or statement) pooling: between transactions the server session
+    /// goes to other clients, so nothing may be left on it.
+    Transaction,
+}
+
+impl PostgresPooler {
+    /// The URL's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            PostgresPooler::None => "none",
+            PostgresPooler::Session => "session",
+            PostgresPooler::Transaction => "transaction",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PostgresConfig {
     pub mode: PostgresLockMode,
+    /// `pooler=`; `None` when the URL does not say: the backend detects what it can at connect
+    /// and takes `none` otherwise.
+    pub pooler: Option<PostgresPooler>,
     /// Table name for table mode, validated (`name` or `schema.name`, identifiers only).
     pub table: String,
     /// The connection URL with Leasehold's own parameters removed, for the `postgres` crate.
@@ -106,6 +135,18 @@ pub(super) fn parse_postgres(
             name.to_owned()
         }
         (_, None) => DEFAULT_TABLE.to_owned(),
+    };
+    let pooler = match query.get("pooler") {
+        None => None,
+        Some("none") => Some(PostgresPooler::None),
+        Some("session") => Some(PostgresPooler::Session),
+        Some("transaction") => Some(PostgresPooler::Transaction),
+        Some(other) => {
+            return Err(invalid(format!(
+                "`pooler` must be `none`, `session` or `transaction`, got `{}`",
+                other.escape_debug()
+            )))
+        }
     };
     let mut secrets = Vec::new();
     let authority = before_query.split('/').next().unwrap_or("");
@@ -171,6 +212,7 @@ pub(super) fn parse_postgres(
             [
                 "lock",
                 "table",
+                "pooler",
                 "sslmode",
                 "sslrootcert",
                 "sslcert",
@@ -194,6 +236,7 @@ pub(super) fn parse_postgres(
     }
     Ok(PostgresConfig {
         mode,
+        pooler,
         table,
         connection: Secret::new(connection),
         secrets,

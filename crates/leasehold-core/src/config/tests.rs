@@ -130,6 +130,39 @@ fn postgres_urls() {
 }
 
 #[test]
+fn postgres_pooler() {
+    let pooler = |url: &str| match Config::parse(url).unwrap().backend {
+        BackendConfig::Postgres(pg) => {
+            assert!(
+                !pg.connection.expose().contains("pooler"),
+                "Leasehold's own, not the driver's"
+            );
+            pg.pooler
+        }
+        _ => panic!(),
+    };
+    assert_eq!(
+        pooler("postgres://h/db"),
+        None,
+        "unset: detected at connect"
+    );
+    assert_eq!(
+        pooler("postgres://h/db?pooler=none"),
+        Some(PostgresPooler::None)
+    );
+    assert_eq!(
+        pooler("postgres://h/db?lock=table&pooler=session"),
+        Some(PostgresPooler::Session)
+    );
+    assert_eq!(
+        pooler("postgres://h/db?lock=table&pooler=transaction"),
+        Some(PostgresPooler::Transaction)
+    );
+    assert!(err("postgres://h/db?pooler=statement").contains("`pooler` must be"));
+    err("redis://h?pooler=none");
+}
+
+#[test]
 fn postgres_tls_and_password_file() {
     let c = Config::parse(
         "postgres://u@h/db?sslmode=verify-full&sslrootcert=/ca.pem&sslcert=/c.pem&sslkey=/k.pem",

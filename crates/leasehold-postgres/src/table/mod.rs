@@ -35,6 +35,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio_postgres::SimpleQueryRow;
 
+/// Put in front of every table-mode and records statement: its commit waits until its WAL is
+/// flushed (and, where `synchronous_standby_names` names standbys, flushed on them), whatever the
+/// server, database or role says. With `synchronous_commit = off` (or `local` behind synchronous
+/// standbys) a grant, a fence or a record the client was told about could be gone after a crash
+/// (or a failover), and another client then granted the key while the first still relies on it.
+/// `SET LOCAL`: for the statement's own transaction, in its round trip, nothing left on the session.
+/// (It also lowers `remote_apply` to `on` for these transactions: the same durability, only a
+/// standby's readers may see the row later, and Leasehold reads the primary.)
+pub(crate) const DURABLE: &str = "SET LOCAL synchronous_commit = on; ";
+
 /// How often a backend deletes rows that crashed holders left behind (released rows go at once).
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
 /// How long a waiter naps when it could not learn the holder's expiry (a row it cannot see yet).
@@ -52,8 +62,9 @@ pub(crate) struct Table {
     shares: String,
     /// The table of semaphore permits (`name_permits`), quoted.
     permits: String,
-    /// Put in front of every statement: the I/O timeout as SET LOCAL, so nothing is left on the
-    /// session (a transaction-pooling PgBouncer would carry session SETs to other clients).
+    /// Put in front of every statement: [`DURABLE`] and the I/O timeout, as SET LOCAL, so nothing
+    /// is left on the session (a transaction-pooling PgBouncer would carry session SETs to other
+    /// clients).
     bound: String,
     started: Instant,
     /// Milliseconds since `started` when the next sweep is due.
@@ -80,7 +91,7 @@ impl Table {
             quoted,
             shares: format!("{schema}\"{}\"", suffixed(last, "_shares")),
             permits: format!("{schema}\"{}\"", suffixed(last, "_permits")),
-            bound: bounded_wait(io_timeout, Duration::ZERO),
+            bound: format!("{DURABLE}{}", bounded_wait(io_timeout, Duration::ZERO)),
             started: Instant::now(),
             next_sweep: AtomicU64::new(0),
             io_timeout,
