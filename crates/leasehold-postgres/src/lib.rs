@@ -171,6 +171,7 @@
 
 mod advisory;
 mod ask;
+mod doctor;
 pub mod gate;
 mod lock_id;
 mod records;
@@ -293,6 +294,17 @@ impl PostgresBackend {
 }
 
 impl LockBackend for PostgresBackend {
+    fn diagnose(&self) -> Result<leasehold_core::doctor::Diagnosis> {
+        let table = match &self.mode {
+            Mode::Table(t) => Some(t.name()),
+            Mode::Advisory(_) => None,
+        };
+        let facts = doctor::gather(&self.pools, table)?;
+        // Where the URL's `pooler=` (or its detection) will say what is in front.
+        let pooler = doctor::Pooler::Unknown;
+        Ok(doctor::judge(&facts, table.is_none(), pooler))
+    }
+
     fn name(&self) -> &'static str {
         match self.mode {
             Mode::Advisory(_) => "postgres-advisory",
