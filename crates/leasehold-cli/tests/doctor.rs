@@ -6,7 +6,8 @@
 mod support;
 
 use leasehold_testkit::{
-    free_port, unique_key, MariaDbServer, MARIADB_PASSWORD, PostgresServer, RedisSentinel, RedisServer, TempDir,
+    free_port, unique_key, MariaDbServer, PostgresServer, RedisSentinel, RedisServer, TempDir,
+    MARIADB_PASSWORD,
 };
 use serde_json::Value;
 use std::time::Duration;
@@ -116,7 +117,12 @@ fn redis_with_noeviction_and_aof_always_holds_and_keeps_a_lease_across_a_crash()
     assert_verdict(&report, "exclusion", "holds", "maxmemory-policy=noeviction");
     assert_verdict(&report, "survives_restart", "holds", "appendfsync=always");
     assert_verdict(&report, "survives_failover", "holds", "no replicas");
-    assert_verdict(&report, "session_end_seen", "holds", "keys, not in sessions");
+    assert_verdict(
+        &report,
+        "session_end_seen",
+        "holds",
+        "keys, not in sessions",
+    );
     assert_verdict(&report, "fence_order", "holds", "clock");
     assert_eq!(report["facts"]["tls"], "off", "{report:#}");
 
@@ -127,8 +133,14 @@ fn redis_with_noeviction_and_aof_always_holds_and_keeps_a_lease_across_a_crash()
         .try_acquire(&key, Duration::from_secs(60))
         .unwrap();
     server.restart();
-    let after = leasehold::connect(&server.url()).unwrap().inspect(&key).unwrap();
-    assert!(after.held, "the lease did not survive a crash with appendfsync=always");
+    let after = leasehold::connect(&server.url())
+        .unwrap()
+        .inspect(&key)
+        .unwrap();
+    assert!(
+        after.held,
+        "the lease did not survive a crash with appendfsync=always"
+    );
     assert_eq!(after.fence, Some(lease.fence()));
     std::mem::forget(lease);
 }
@@ -170,7 +182,10 @@ fn redis_without_persistence_loses_leases_on_restart_and_never_prints_its_passwo
     let all = format!("{}{}", stdout(&out), stderr(&out));
     assert!(!all.contains(PASSWORD), "{all}");
     let report: Value = serde_json::from_str(&stdout(&out)).unwrap();
-    assert!(report["url"].as_str().unwrap().contains("***"), "{report:#}");
+    assert!(
+        report["url"].as_str().unwrap().contains("***"),
+        "{report:#}"
+    );
     assert_verdict(
         &report,
         "survives_restart",
@@ -233,7 +248,10 @@ fn redlock_names_the_node_that_evicts_and_compares_the_nodes_clocks() {
     // Redlock's gate keeps a node back without its data out of every quorum until its leases
     // are over, so restarts hold without persistence.
     assert_verdict(&report, "survives_restart", "holds", "grants nothing");
-    assert!(report["facts"]["node_clock_spread_ms"].is_string(), "{report:#}");
+    assert!(
+        report["facts"]["node_clock_spread_ms"].is_string(),
+        "{report:#}"
+    );
     assert_eq!(report["facts"]["quorum"], "2 of 3");
 }
 
@@ -270,7 +288,12 @@ fn postgres_durable_table_mode_holds_and_keeps_a_lease_across_a_crash() {
         "holds",
         "fsync=on, synchronous_commit=on, full_page_writes=on",
     );
-    assert_verdict(&report, "session_end_seen", "holds", "rows, not in sessions");
+    assert_verdict(
+        &report,
+        "session_end_seen",
+        "holds",
+        "rows, not in sessions",
+    );
     assert_verdict(&report, "survives_failover", "holds", "no standbys");
     assert_eq!(report["facts"]["table_privileges"], "true", "{report:#}");
 
@@ -289,7 +312,7 @@ fn postgres_durable_table_mode_holds_and_keeps_a_lease_across_a_crash() {
 }
 
 #[test]
-fn postgres_fsync_off_or_synchronous_commit_off_does_not_hold_restarts() {
+fn postgres_fsync_off_does_not_hold_restarts_and_synchronous_commit_off_is_raised() {
     // The testkit's own server runs with fsync=off, for speed.
     let fast = PostgresServer::start();
     let (status, report) = doctor(&fast.url_with("lock=table"));
@@ -301,20 +324,26 @@ fn postgres_fsync_off_or_synchronous_commit_off_does_not_hold_restarts() {
         "full_page_writes=on",
         "synchronous_commit=off",
     ]);
+    // Leasehold raises it to local in its own transactions (the crash is in the test below).
     let (status, report) = doctor(&async_commit.url_with("lock=table"));
-    assert_eq!(status, 2, "{report:#}");
+    assert_eq!(status, 0, "{report:#}");
     assert_verdict(
         &report,
         "survives_restart",
-        "does_not_hold",
-        "synchronous_commit=off",
+        "holds",
+        "synchronous_commit=off but raised to local",
     );
 
     // Advisory locks live in sessions, whatever the settings.
     let (status, report) = doctor(&async_commit.url());
     assert_eq!(status, 2, "{report:#}");
     assert_shape(&report, "postgres-advisory");
-    assert_verdict(&report, "survives_restart", "does_not_hold", "live in sessions");
+    assert_verdict(
+        &report,
+        "survives_restart",
+        "does_not_hold",
+        "live in sessions",
+    );
     assert_verdict(&report, "session_end_seen", "holds_if", "goodbye");
     assert_verdict(&report, "exclusion", "holds", "advisory locks");
 }
@@ -343,7 +372,12 @@ fn mariadb_log_flushing_decides_restarts() {
     let (status, report) = doctor(&durable.url());
     assert_eq!(status, 2, "{report:#}");
     assert_shape(&report, "mysql-named");
-    assert_verdict(&report, "survives_restart", "does_not_hold", "live in sessions");
+    assert_verdict(
+        &report,
+        "survives_restart",
+        "does_not_hold",
+        "live in sessions",
+    );
     assert_verdict(&report, "session_end_seen", "holds_if", "goodbye");
 }
 
@@ -397,4 +431,30 @@ fn an_unreachable_backend_exits_69_and_bad_usage_64() {
         let out = output(cmd);
         assert_eq!(code(&out), 64, "{args:?}: {}", stderr(&out));
     }
+}
+
+#[test]
+fn postgres_table_mode_commits_its_own_grants_durably_under_synchronous_commit_off() {
+    // The WAL writer flushes asynchronous commits only every wal_writer_delay (here its
+    // maximum, 10 s), so an immediate shutdown right after a grant loses it unless the grant's
+    // transaction waited for its own WAL.
+    let mut server =
+        PostgresServer::start_with_settings(&["synchronous_commit=off", "wal_writer_delay=10000"]);
+    let url = server.url_with("lock=table");
+    let (_, report) = doctor(&url);
+    assert_verdict(&report, "survives_restart", "does_not_hold", "fsync=off");
+    let key = unique_key("doctor-async-commit");
+    let lease = leasehold::connect(&url)
+        .unwrap()
+        .try_acquire(&key, Duration::from_secs(60))
+        .unwrap();
+    server.kill();
+    server.start_again();
+    let after = leasehold::connect(&url).unwrap().inspect(&key).unwrap();
+    assert!(
+        after.held,
+        "a grant committed under synchronous_commit=off was lost in a crash"
+    );
+    assert_eq!(after.fence, Some(lease.fence()));
+    std::mem::forget(lease);
 }

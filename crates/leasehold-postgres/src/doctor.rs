@@ -5,7 +5,9 @@
 //! - Advisory locks live in the holder's session, so a restart or a failover ends every lease
 //!   (the holder sees its session end); table leases live in rows, which survive both as far as
 //!   the server's durability settings keep committed rows: `fsync`, `synchronous_commit`,
-//!   `full_page_writes`, and for a failover `synchronous_standby_names`.
+//!   `full_page_writes`, and for a failover `synchronous_standby_names`. Table mode raises
+//!   `synchronous_commit = off` to `local` in its own transactions (see `Table::ensure`), so that
+//!   setting alone loses no grant.
 //! - A pooler in transaction mode hands a session's state (its advisory locks) to whichever client
 //!   comes next. What the pooler is comes from the URL's `pooler=` (see [`Pooler`]); until it is
 //!   given or detected, it is reported as unknown.
@@ -222,16 +224,16 @@ pub(crate) fn judge(facts: &PgFacts, advisory: bool, pooler: Pooler) -> Diagnosi
                 Verdict::DoesNotHold,
                 "fsync=off: a crash of the host can lose or corrupt committed rows".to_owned(),
             ),
-            (_, Some("off"), _) => (
-                Verdict::DoesNotHold,
-                "synchronous_commit=off: a crash loses the last commits (up to 3 × \
-                 wal_writer_delay), granted leases among them"
-                    .to_owned(),
-            ),
             (_, _, Some("off")) => (
                 Verdict::HoldsIf,
                 "full_page_writes=off: safe only on storage that writes a whole page atomically \
                  (a torn page after a power loss can corrupt the table)"
+                    .to_owned(),
+            ),
+            (Some("on"), Some("off"), Some("on")) => (
+                Verdict::Holds,
+                "fsync=on, synchronous_commit=off but raised to local in Leasehold's own \
+                 transactions, full_page_writes=on"
                     .to_owned(),
             ),
             (Some("on"), Some(c), Some("on")) => (
@@ -358,7 +360,7 @@ mod tests {
         assert_eq!(verdict(&d, Promise::SessionEndSeen), Verdict::Holds);
         for (name, value, expected) in [
             ("fsync", "off", Verdict::DoesNotHold),
-            ("synchronous_commit", "off", Verdict::DoesNotHold),
+            ("synchronous_commit", "off", Verdict::Holds),
             ("full_page_writes", "off", Verdict::HoldsIf),
         ] {
             let mut f = facts(DURABLE);

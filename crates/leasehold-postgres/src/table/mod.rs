@@ -90,12 +90,24 @@ impl Table {
 
     /// Creates the table if it is missing (checking first, so a user without CREATE rights can use a
     /// table made for them), and finds its fence sequence.
+    ///
+    /// Under `synchronous_commit = off` (the server's, the database's or the role's) a commit
+    /// returns before its WAL is written, and a crash within the WAL writer's delay loses it: a
+    /// granted lease would be gone after the restart while its holder goes on. Every statement then
+    /// raises it to `local` for its own transaction: written and flushed here before the reply,
+    /// with no wait for standbys that the operator did not ask for.
     pub fn ensure(&mut self, session: &mut Session, deadline: Deadline) -> Result<(), Failure> {
         let literal = self.quoted.replace('\'', "''");
         let exists = session.rows(
-            &self.bounded(&format!("SELECT to_regclass('{literal}') IS NOT NULL")),
+            &self.bounded(&format!(
+                "SELECT to_regclass('{literal}') IS NOT NULL, current_setting('synchronous_commit')"
+            )),
             deadline,
         )?;
+        if last_value(&exists, 1) == Some("off") {
+            self.bound
+                .push_str("SET LOCAL synchronous_commit = local; ");
+        }
         if last_value(&exists, 0) != Some("t") {
             let create = format!(
                 "CREATE TABLE IF NOT EXISTS {} (\
