@@ -209,7 +209,7 @@ fn redis_without_persistence_loses_leases_on_restart_and_never_prints_its_passwo
 
 #[test]
 fn redis_with_appendfsync_everysec_holds_if_the_host_does_not_crash() {
-    let server = RedisServer::start_with_args(
+    let mut server = RedisServer::start_with_args(
         None,
         ["--appendonly", "yes", "--appendfsync", "everysec"]
             .map(String::from)
@@ -223,6 +223,18 @@ fn redis_with_appendfsync_everysec_holds_if_the_host_does_not_crash() {
         "holds_if",
         "appendfsync=everysec",
     );
+
+    // What it still promises: a crash of the process (its writes are in the kernel already).
+    let key = unique_key("doctor-everysec");
+    let lease = leasehold::connect(&server.url())
+        .unwrap()
+        .try_acquire(&key, Duration::from_secs(60))
+        .unwrap();
+    server.restart();
+    let after = leasehold::connect(&server.url()).unwrap().inspect(&key).unwrap();
+    assert!(after.held, "a crash of redis-server lost a lease with appendfsync=everysec");
+    assert_eq!(after.fence, Some(lease.fence()));
+    std::mem::forget(lease);
 }
 
 #[test]
