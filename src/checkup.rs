@@ -90,6 +90,8 @@ fn backend_of(config: &Config) -> &'static str {
         B::Postgres(_) => "postgres-advisory",
         B::Mysql(my) if my.mode == MysqlLockMode::Table => "mysql-table",
         B::Mysql(_) => "mysql-named",
+        B::RedisCluster { .. } => "redis-cluster",
+        B::RedisSentinel { .. } => "redis-sentinel",
         _ => "redis",
     }
 }

@@ -6,8 +6,8 @@
 mod support;
 
 use leasehold_testkit::{
-    free_port, unique_key, MariaDbServer, PostgresServer, RedisSentinel, RedisServer, TempDir,
-    MARIADB_PASSWORD,
+    free_port, unique_key, MariaDbServer, PostgresServer, RedisCluster, RedisSentinel, RedisServer,
+    TempDir, MARIADB_PASSWORD,
 };
 use serde_json::Value;
 use std::time::Duration;
@@ -101,6 +101,34 @@ fn local_files_hold_every_promise_in_text_and_json() {
         assert!(line.contains(" holds "), "{line:?}");
     }
     assert_eq!(lines[7], "facts:", "{text}");
+}
+
+#[test]
+fn a_deployment_connect_refuses_is_judged_not_refused() {
+    // A lock directory its group may write: anyone in the group could take or free every lock.
+    let dir = TempDir::new("doctor-refused");
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o770),
+    )
+    .unwrap();
+    let refused = leasehold(&dir.file_url(), &["status", "k"]);
+    assert_eq!(code(&refused), 64, "{}", stderr(&refused));
+    let (status, report) = doctor(&dir.file_url());
+    assert_eq!(status, 2, "{report:#}");
+    assert_shape(&report, "local");
+    assert_verdict(
+        &report,
+        "exclusion",
+        "does_not_hold",
+        "connect refuses this deployment",
+    );
+    assert_verdict(
+        &report,
+        "exclusion",
+        "does_not_hold",
+        "writable by its group",
+    );
 }
 
 #[test]
@@ -231,8 +259,14 @@ fn redis_with_appendfsync_everysec_holds_if_the_host_does_not_crash() {
         .try_acquire(&key, Duration::from_secs(60))
         .unwrap();
     server.restart();
-    let after = leasehold::connect(&server.url()).unwrap().inspect(&key).unwrap();
-    assert!(after.held, "a crash of redis-server lost a lease with appendfsync=everysec");
+    let after = leasehold::connect(&server.url())
+        .unwrap()
+        .inspect(&key)
+        .unwrap();
+    assert!(
+        after.held,
+        "a crash of redis-server lost a lease with appendfsync=everysec"
+    );
     assert_eq!(after.fence, Some(lease.fence()));
     std::mem::forget(lease);
 }
@@ -272,6 +306,8 @@ fn sentinel_failover_keeps_leases_only_with_replicas_in_the_url() {
     let group = RedisSentinel::start(1, 3, 5000);
     let (status, report) = doctor(&group.url());
     assert_eq!(status, 2, "{report:#}");
+    assert_shape(&report, "redis-sentinel");
+    assert_eq!(report["facts"]["sentinels"], "3", "{report:#}");
     assert_verdict(
         &report,
         "survives_failover",
@@ -285,6 +321,29 @@ fn sentinel_failover_keeps_leases_only_with_replicas_in_the_url() {
         "holds",
         "replicas=1: every grant acknowledged by 1 of 1 connected replicas",
     );
+}
+
+#[test]
+fn a_cluster_is_judged_master_by_master() {
+    let cluster = RedisCluster::start(3, 5000);
+    assert!(cluster.wait_replicas_online(Duration::from_secs(30)));
+    let (status, report) = doctor(&cluster.url());
+    assert_eq!(status, 2, "{report:#}");
+    assert_shape(&report, "redis-cluster");
+    assert_eq!(report["facts"]["masters"], "3", "{report:#}");
+    // One reason per master, each naming it.
+    let (verdict, because) = promise(&report, "survives_failover");
+    assert_eq!(verdict, "does_not_hold");
+    assert_eq!(
+        because
+            .matches("replicas=0 with automatic failover")
+            .count(),
+        3,
+        "{because}"
+    );
+    assert_verdict(&report, "exclusion", "holds", "maxmemory-policy=noeviction");
+    let (_, report) = doctor(&cluster.url_with("replicas=1"));
+    assert_verdict(&report, "survives_failover", "holds", "replicas=1");
 }
 
 #[test]

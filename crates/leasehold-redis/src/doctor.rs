@@ -274,7 +274,7 @@ pub(crate) fn judge_node(
                  until {replicas} are"
             ),
         ),
-        (Failover::Manual, Some(0)) => (
+        (_, Some(0)) => (
             Verdict::Holds,
             "no replicas: nothing to fail over to".to_owned(),
         ),
