@@ -272,6 +272,32 @@ fn redis_with_appendfsync_everysec_holds_if_the_host_does_not_crash() {
 }
 
 #[test]
+fn redis_that_denies_info_and_config_is_judged_holds_if() {
+    // Managed services forbid CONFIG, and an ACL may deny INFO too.
+    let server = RedisServer::start();
+    let reply = server.command(&[
+        b"ACL",
+        b"SETUSER",
+        b"doctor",
+        b"on",
+        b">doctor-pw",
+        b"~*",
+        b"&*",
+        b"+@all",
+        b"-info",
+        b"-config",
+    ]);
+    assert_eq!(reply, "+OK\r\n");
+    let url = format!("redis://doctor:doctor-pw@{}/0", server.addr());
+    let (status, report) = doctor(&url);
+    assert_eq!(status, 1, "{report:#}");
+    assert_verdict(&report, "exclusion", "holds_if", "eviction policy");
+    assert_verdict(&report, "survives_restart", "holds_if", "appendonly");
+    assert_verdict(&report, "fence_order", "holds", "clock");
+    assert!(!report.to_string().contains("doctor-pw"), "{report}");
+}
+
+#[test]
 fn redlock_names_the_node_that_evicts_and_compares_the_nodes_clocks() {
     let good = RedisServer::start();
     let also = RedisServer::start();

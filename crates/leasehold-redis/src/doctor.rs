@@ -32,8 +32,10 @@ pub(crate) struct NodeFacts {
     /// `CONFIG GET appendfsync` and `save`, where allowed.
     config: HashMap<String, String>,
     offset: Option<ClockOffset>,
-    /// Why the server could not be asked at all.
+    /// Why a question was not answered (the first one).
     error: Option<String>,
+    /// Whether the server answered at all.
+    reachable: bool,
 }
 
 impl NodeFacts {
@@ -48,11 +50,20 @@ pub(crate) fn gather(node: &Node, deadline: Deadline) -> NodeFacts {
     match node.call("doctor", deadline, |c| {
         redis::cmd("INFO").query::<String>(c)
     }) {
-        Ok(text) => facts.info = Some(parse_info(&text)),
+        Ok(text) => {
+            facts.info = Some(parse_info(&text));
+            facts.reachable = true;
+        }
         Err(e) => {
-            facts.error = Some(e.to_string());
-            // A server that denies INFO may still answer the rest; one that is gone will not.
-            if e.kind() == leasehold_core::ErrorKind::Unavailable {
+            facts.error = Some(e.message().to_owned());
+            // An ACL may deny INFO (the rest is then judged `holds_if`); a server that is gone
+            // answers nothing else either.
+            facts.reachable = node
+                .call("doctor", deadline, |c| {
+                    redis::cmd("PING").query::<String>(c)
+                })
+                .is_ok();
+            if !facts.reachable {
                 return facts;
             }
         }
@@ -339,7 +350,7 @@ pub(crate) fn diagnose_nodes(
             node.name()
         };
         let facts = gather(node, deadline());
-        if facts.info.is_some() || facts.offset.is_some() {
+        if facts.reachable {
             answered += 1;
         } else if first_error.is_none() {
             first_error = facts.error.clone();
@@ -419,6 +430,7 @@ mod tests {
                 .collect(),
             offset: None,
             error: None,
+            reachable: true,
         }
     }
 
