@@ -15,6 +15,9 @@
 
 pub use leasehold_core::*;
 
+mod checkup;
+pub use checkup::doctor;
+
 /// The backend URL used when none is given: local files in a per-user directory that no tmp
 /// cleaner ages — `/run/lock/leasehold-<uid>` when `/run/lock` exists and is writable, else
 /// `$XDG_RUNTIME_DIR/leasehold`, else `<temp dir>/leasehold-<uid>`.

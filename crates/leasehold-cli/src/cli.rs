@@ -43,6 +43,10 @@ pub enum Command {
     /// Load-test a backend: lock cycles per second, latency percentiles, handoff latency, errors.
     #[command(after_help = crate::exit::TABLE)]
     Bench(BenchArgs),
+    /// Judge a deployment: connect as a client would and say, promise by promise, whether it holds
+    /// there and which setting or fact decides it.
+    #[command(after_help = DOCTOR_AFTER_HELP)]
+    Doctor(DoctorArgs),
     /// Print the counters that PHP workers wrote under DIR (PoolMetrics::flush), summed per pool,
     /// as Prometheus text. Needs no backend.
     #[command(after_help = METRICS_AFTER_HELP)]
@@ -60,6 +64,32 @@ Exit status:
   0      success (no pool under DIR prints nothing)
   64     usage: bad option
   66     DIR does not exist or is not a directory";
+
+const DOCTOR_AFTER_HELP: &str = "\
+One line per promise: exclusion, fence_order, bounded_calls, survives_restart, survives_failover,
+session_end_seen; each holds, holds_if (a condition the deployment cannot show) or does_not_hold, with
+the setting or fact that decides it (maxmemory-policy, appendfsync, fsync, synchronous_commit,
+innodb_flush_log_at_trx_commit, replicas, the file system, the server's clock). Then the facts read.
+What connect would refuse is judged, not refused. Passwords are never printed.
+
+Exit status:
+  0      every promise holds
+  1      some promise holds only if a condition is met (and none does not hold)
+  2      some promise does not hold
+  64     usage: bad option or URL
+  69     the backend is unavailable (unreachable, refused, timed out)";
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// The backend URL to judge (default: --url, else LEASEHOLD_URL, else the local default).
+    // Not `url`: that is the global --url's id.
+    #[arg(id = "doctor_url", value_name = "URL")]
+    pub url: Option<String>,
+
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
 
 #[derive(Debug, Args)]
 pub struct MetricsArgs {

@@ -33,7 +33,9 @@ pub const NOT_FOUND: u8 = 127;
 pub const TABLE: &str = "\
 Exit status:
   N      run: the command's own exit status; 128+N if it was killed by signal N
-  0      status, bench: success
+  0      status, bench: success; doctor: every promise holds
+  1      doctor: some promise holds only if a condition is met
+  2      doctor: some promise does not hold
   64     usage: bad option, duration, URL, key or TTL
   66     metrics: DIR does not exist or is not a directory
   69     the backend is unavailable (unreachable, refused, timed out)

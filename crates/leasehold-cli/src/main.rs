@@ -5,6 +5,7 @@
 //! leasehold status [--url URL] [--json] KEY
 //! leasehold bench [--url URL] [--workers 4] [--keys 1] [--duration 10s] [--json]
 //! leasehold metrics --dir DIR [--per-worker]
+//! leasehold doctor [URL] [--json]
 //! ```
 //!
 //! The backend URL comes from `--url`, else `LEASEHOLD_URL`, else the embedded local backend (files
@@ -22,7 +23,9 @@
 //! | code | meaning |
 //! |---|---|
 //! | N | `run`: the command's own exit status; 128+N if it was killed by signal N |
-//! | 0 | `status`, `bench`, `metrics`: success |
+//! | 0 | `status`, `bench`, `metrics`: success; `doctor`: every promise holds |
+//! | 1 | `doctor`: some promise holds only if a condition is met, none does not hold |
+//! | 2 | `doctor`: some promise does not hold in this deployment |
 //! | 64 | usage: bad option, duration, URL, key or TTL (`EX_USAGE`) |
 //! | 66 | `metrics`: DIR does not exist or is not a directory (`EX_NOINPUT`) |
 //! | 69 | the backend is unavailable: unreachable, refused, timed out (`EX_UNAVAILABLE`) |
@@ -47,6 +50,7 @@ macro_rules! say {
 mod bench;
 mod child;
 mod cli;
+mod doctor;
 mod exit;
 mod latency;
 mod metrics;
@@ -114,6 +118,10 @@ fn dispatch(cli: &Cli) -> Result<u8, Failure> {
         return metrics::metrics(args);
     }
     let url = cli.url.clone().unwrap_or_else(leasehold::default_url);
+    // Connects by itself: what connect would refuse is judged, not an error.
+    if let Command::Doctor(args) = &cli.command {
+        return doctor::doctor(args.url.as_deref().unwrap_or(&url), args);
+    }
     let config = leasehold::Config::parse(&url)?;
     let described = config.describe();
     let client = leasehold::connect_config(&config)?;
@@ -122,7 +130,7 @@ fn dispatch(cli: &Cli) -> Result<u8, Failure> {
         Command::Once(args) => once::once(&client, args),
         Command::Status(args) => status::status(&client, &described, args),
         Command::Bench(args) => bench::bench(&client, &described, args),
-        Command::Metrics(_) => unreachable!("handled before connecting"),
+        Command::Metrics(_) | Command::Doctor(_) => unreachable!("handled before connecting"),
     }
 }
 

@@ -150,6 +150,14 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
         None
     }
 
+    /// Judges the deployment this backend is connected to (`leasehold doctor`): its settings read
+    /// over the backend's own connections, each promise of [`crate::doctor::Promise`] judged by
+    /// them. Reports, never refuses: whatever `connect` would refuse is a fact here. Bounded like
+    /// any call. The default judges nothing; [`crate::doctor::Diagnosis::complete`] then says so.
+    fn diagnose(&self) -> Result<crate::doctor::Diagnosis> {
+        Ok(crate::doctor::Diagnosis::new())
+    }
+
     /// What the backend can tell about a key as a lock (`Exclusive` or `Shared`: one namespace) or
     /// as a semaphore (`Permit`).
     fn inspect_as(&self, key: &Key, kind: LeaseKind) -> Result<KeyInfo> {

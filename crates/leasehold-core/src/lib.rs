@@ -11,6 +11,7 @@ mod client;
 pub mod clock;
 pub mod config;
 pub mod deadline;
+pub mod doctor;
 mod error;
 pub mod fork;
 pub mod gate;

@@ -107,6 +107,20 @@ pub(crate) fn check_file_system(path: &Path, magic: u64, single_host: bool) -> R
     )))
 }
 
+/// The name of the file system of type `magic`, and whether it is [known to be
+/// local](LOCAL_FILE_SYSTEMS).
+pub(crate) fn file_system_name(magic: u64) -> (String, bool) {
+    if let Some((_, name)) = LOCAL_FILE_SYSTEMS.iter().find(|(m, _)| *m == magic) {
+        return ((*name).to_owned(), true);
+    }
+    let name = match OTHER_FILE_SYSTEMS.iter().find(|(m, _, _)| *m == magic) {
+        Some((_, name, "")) => (*name).to_owned(),
+        Some((_, name, what)) => format!("{name} ({what})"),
+        None => format!("unknown (magic {magic:#x})"),
+    };
+    (name, false)
+}
+
 #[derive(Debug)]
 pub(crate) struct Dir {
     path: PathBuf,
@@ -186,6 +200,21 @@ impl Dir {
         // f_type is a signed word whose width differs between targets; magic numbers are 32 bits.
         let kind = (fs.f_type as u64) & 0xffff_ffff;
         check_file_system(&self.path, kind, self.single_host)
+    }
+
+    /// The type of the directory's file system (`statfs`'s `f_type`), if the kernel says.
+    pub(crate) fn file_system(&self) -> Option<u64> {
+        let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: `fs` is a valid, writable statfs for the call; the descriptor is open.
+        if unsafe { libc::fstatfs(self.fd.as_raw_fd(), &mut fs) } != 0 {
+            return None;
+        }
+        Some((fs.f_type as u64) & 0xffff_ffff)
+    }
+
+    /// Whether the URL vouches that no other host writes the directory.
+    pub(crate) fn single_host(&self) -> bool {
+        self.single_host
     }
 
     pub(crate) fn path(&self) -> &Path {

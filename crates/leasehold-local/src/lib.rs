@@ -70,6 +70,7 @@
 
 mod clock;
 mod dir;
+mod doctor;
 mod fences;
 mod file;
 mod io_error;
@@ -473,6 +474,10 @@ fn full_error(key: &Key, kind: LeaseKind) -> Error {
 impl LockBackend for LocalBackend {
     fn name(&self) -> &'static str {
         "local"
+    }
+
+    fn diagnose(&self) -> Result<leasehold_core::doctor::Diagnosis> {
+        Ok(doctor::diagnose(&self.dir))
     }
 
     fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<RawLease> {

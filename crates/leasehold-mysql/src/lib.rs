@@ -60,6 +60,7 @@
 //!   time, at most once a minute per client, from release): table mode's rows, and named mode's
 //!   fence rows of names nobody holds. A fence lost with its row is replaced by the clock term.
 
+mod doctor;
 pub mod gate;
 mod named;
 mod names;
@@ -201,6 +202,11 @@ pub(crate) fn add_column(
 }
 
 impl LockBackend for MysqlBackend {
+    fn diagnose(&self) -> Result<leasehold_core::doctor::Diagnosis> {
+        let facts = doctor::gather(&self.pools)?;
+        Ok(doctor::judge(&facts, matches!(self.mode, Mode::Named(_))))
+    }
+
     fn name(&self) -> &'static str {
         match self.mode {
             Mode::Named(_) => "mysql-named",

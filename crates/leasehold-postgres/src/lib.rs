@@ -191,6 +191,7 @@
 
 mod advisory;
 mod ask;
+mod doctor;
 pub mod gate;
 mod lock_id;
 mod pooler;
@@ -227,6 +228,8 @@ pub struct PostgresBackend {
     mode: Mode,
     pools: Pools,
     pooler: PostgresPooler,
+    /// Whether the URL named the pooler (else connect detected it).
+    pooler_named: bool,
     /// The pooler as connect settled it, for refusals ([`pooler::said`]).
     said: String,
     prefix: String,
@@ -338,6 +341,7 @@ impl PostgresBackend {
             mode,
             pools,
             pooler,
+            pooler_named: pg.pooler.is_some(),
             said,
             prefix: config.prefix.clone(),
             describe: config.describe(),
@@ -371,6 +375,19 @@ impl PostgresBackend {
 }
 
 impl LockBackend for PostgresBackend {
+    fn diagnose(&self) -> Result<leasehold_core::doctor::Diagnosis> {
+        let table = match &self.mode {
+            Mode::Table(t) => Some(t.name()),
+            Mode::Advisory(_) => None,
+        };
+        let facts = doctor::gather(&self.pools, table)?;
+        let pooler = doctor::Pooler {
+            mode: self.pooler,
+            named: self.pooler_named,
+        };
+        Ok(doctor::judge(&facts, table.is_none(), pooler))
+    }
+
     fn name(&self) -> &'static str {
         match self.mode {
             Mode::Advisory(_) => "postgres-advisory",

@@ -84,6 +84,7 @@
 
 mod cluster;
 mod connection;
+mod doctor;
 mod errors;
 pub mod fence_gate;
 pub mod keys;

@@ -403,6 +403,13 @@ impl LockBackend for RedisBackend {
         Some(RedisBackend::topology(self))
     }
 
+    fn diagnose(&self) -> Result<leasehold_core::doctor::Diagnosis> {
+        let settings = &self.settings;
+        crate::doctor::diagnose_topology(&self.topology, || {
+            Deadline::for_call(settings.connect_timeout, settings.io_timeout)
+        })
+    }
+
     fn name(&self) -> &'static str {
         match self.topology {
             Topology::Single(_) => "redis",

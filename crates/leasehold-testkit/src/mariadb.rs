@@ -63,6 +63,13 @@ impl MariaDbServer {
         MariaDbServer::start_with(args, &sql)
     }
 
+    /// Starts a server of our own with extra `mariadbd` options, given after the testkit's own (so
+    /// they win): `--innodb-flush-log-at-trx-commit=1` and `--innodb-doublewrite=1` give a durable
+    /// server, which the testkit's default (2 and 0, for speed) is not.
+    pub fn start_with_options(options: &[&str]) -> MariaDbServer {
+        MariaDbServer::start_with(options.iter().map(|o| (*o).to_owned()).collect(), "")
+    }
+
     fn start_with(args: Vec<String>, extra_sql: &str) -> MariaDbServer {
         let base = data_base();
         remove_stale_dirs(&base);
@@ -149,7 +156,6 @@ impl MariaDbServer {
             .arg(format!("--log-error={}", self.log_path().display()))
             .arg(format!("--port={}", self.port))
             .args(user_args())
-            .args(&self.args)
             .args([
                 "--bind-address=127.0.0.1",
                 "--skip-name-resolve",
@@ -163,6 +169,8 @@ impl MariaDbServer {
                 "--innodb-doublewrite=0",
                 "--performance-schema=OFF",
             ])
+            // After the defaults above, so a test's own options win.
+            .args(&self.args)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         // The shared server sits in a static that is never dropped: it must die with us.

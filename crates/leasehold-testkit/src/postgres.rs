@@ -66,7 +66,27 @@ impl PostgresServer {
         PostgresServer::start_with(Some((&files, hba)))
     }
 
+    /// Starts a server of our own with extra `name=value` settings, given after the testkit's own
+    /// (so they win): `fsync=on` and `full_page_writes=on` give a durable server, which the
+    /// testkit's default (both off, for speed) is not.
+    pub fn start_with_settings(settings: &[&str]) -> PostgresServer {
+        let mut server = PostgresServer::start_with_parts(None, false);
+        server
+            .settings
+            .extend(settings.iter().map(|s| (*s).to_owned()));
+        server.spawn();
+        server
+    }
+
     fn start_with(tls: Option<(&TlsServerFiles<'_>, &[&str])>) -> PostgresServer {
+        PostgresServer::start_with_parts(tls, true)
+    }
+
+    /// Makes the data directory; `spawn`: start the server too.
+    fn start_with_parts(
+        tls: Option<(&TlsServerFiles<'_>, &[&str])>,
+        spawn: bool,
+    ) -> PostgresServer {
         remove_stale_dirs();
         let bin = bin_dir();
         let dir = TempDir::new("postgres");
@@ -143,7 +163,9 @@ impl PostgresServer {
             external: None,
             settings,
         };
-        server.spawn();
+        if spawn {
+            server.spawn();
+        }
         server
     }
 

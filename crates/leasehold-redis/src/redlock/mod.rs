@@ -276,6 +276,17 @@ impl LockBackend for RedlockBackend {
         "redlock"
     }
 
+    fn diagnose(&self) -> Result<leasehold_core::doctor::Diagnosis> {
+        let nodes: Vec<&Node> = self.fanout.nodes().collect();
+        let mut d = crate::doctor::diagnose_nodes(
+            &nodes,
+            || self.call_deadline(),
+            crate::doctor::Failover::Redlock,
+        )?;
+        d.fact("quorum", format!("{} of {}", self.quorum, nodes.len()));
+        Ok(d)
+    }
+
     fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<RawLease> {
         let keys = self.keys(key);
         let bound = self.call_deadline();
