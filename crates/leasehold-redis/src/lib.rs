@@ -85,6 +85,7 @@
 mod cluster;
 mod connection;
 mod errors;
+mod eviction;
 pub mod fence_gate;
 pub mod keys;
 mod kind_keys;
