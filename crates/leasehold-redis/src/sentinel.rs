@@ -1,6 +1,7 @@
 //! `redis+sentinel://`: the master the Sentinels name for a service, looked up again when it stops
 //! answering as the master (see `topology.rs` for the rules every routed call follows).
 
+use crate::connection::ConnectSettings;
 use crate::node::{Failure, Hint, Node, Via};
 use crate::routing::{join_addr, pause_before_retry, NodeTemplate, LOOKUP_EVERY};
 use leasehold_core::config::RedisServer;
@@ -47,6 +48,11 @@ impl Sentinel {
         let sentinel_template = NodeTemplate {
             pool_size: 2,
             replicas: 0,
+            // Sentinels hold no keys: nothing of theirs to screen for eviction.
+            settings: ConnectSettings {
+                allow_eviction: true,
+                ..template.settings.clone()
+            },
             ..template.clone()
         };
         let sentinels = sentinels
@@ -121,6 +127,7 @@ impl Sentinel {
                         moves += 1;
                         continue;
                     }
+                    Err(e) if e.is_refused_deployment() => return Err(e),
                     Err(e) => {
                         return Err(Error::Unavailable(format!(
                             "redis {} says the lease is gone, but it may stand on another                              master: {e}",
@@ -141,7 +148,10 @@ impl Sentinel {
                     .is_some_and(|now| !Arc::ptr_eq(&now, &node))
             };
             if !changed(self) && self.due() {
-                let _ = self.resolve(deadline, Some(&node));
+                match self.resolve(deadline, Some(&node)) {
+                    Err(e) if e.is_refused_deployment() => return Err(e),
+                    _ => {}
+                }
             }
             if failure.hint == Hint::Reroute {
                 if !pause_before_retry(deadline) {
@@ -232,8 +242,12 @@ impl Sentinel {
                     "the Sentinels name {addr} as the master, which says it is a {role}"
                 )),
                 // The master is screened on its first call (`ROLE`): one that may evict lock
-                // keys is refused, not looked past.
-                Err(f) if f.error.is_refused_deployment() => return Err(f.into_error()),
+                // keys is refused, not looked past, and kept as the master so later calls are
+                // refused at once (its refusal is cached).
+                Err(f) if f.error.is_refused_deployment() => {
+                    *self.current.write().unwrap_or_else(|p| p.into_inner()) = Some(node);
+                    return Err(f.into_error());
+                }
                 Err(f) => problems.push(f.into_error().to_string()),
             }
         }
