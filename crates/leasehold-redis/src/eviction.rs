@@ -112,7 +112,9 @@ mod tests {
     fn verdicts_are_kept_per_generation_and_a_refusal_sticks() {
         let screen = Screen::new(false);
         assert!(screen.needed(0));
-        assert!(screen.record("h:1", 0, Some(&info(0, "allkeys-lru"))).is_none());
+        assert!(screen
+            .record("h:1", 0, Some(&info(0, "allkeys-lru")))
+            .is_none());
         assert!(!screen.needed(0));
         assert!(screen.needed(1), "a restarted server is screened again");
         assert!(screen.record("h:1", 1, None).is_none(), "unreadable: used");

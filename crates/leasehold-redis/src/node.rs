@@ -514,7 +514,10 @@ impl Node {
                 .and_then(|v| from_redis_value::<String>(v.clone()).ok())
         };
         if screening {
-            if let Some(refusal) = self.screen.record(&self.name, generation, text(1).as_deref()) {
+            if let Some(refusal) = self
+                .screen
+                .record(&self.name, generation, text(1).as_deref())
+            {
                 return Err(refusal);
             }
         }
@@ -535,7 +538,6 @@ impl Node {
         self.screen.record(&self.name, generation, info.as_deref());
         Ok(())
     }
-
 
     /// The server's `run_id` (`INFO server`): it names one server process whatever address
     /// reached it. `None` when the server does not say (INFO denied by an ACL, a failed call).

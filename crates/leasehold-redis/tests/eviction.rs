@@ -121,7 +121,10 @@ fn a_redlock_with_one_evicting_node_of_three_is_refused() {
     let addrs = [good[0].addr(), bad.addr(), good[1].addr()];
     let url = |q: &str| format!("redlock://{}?{FAST}{q}", addrs.join(","));
     let err = refused(&url(""), "volatile-ttl");
-    assert!(err.to_string().contains(&bad.addr()), "names the node: {err}");
+    assert!(
+        err.to_string().contains(&bad.addr()),
+        "names the node: {err}"
+    );
     client(&url("&allow_eviction=true"));
 
     // A node down at connect is screened when it comes back: refused, it never votes.
@@ -145,10 +148,20 @@ fn a_redlock_with_one_evicting_node_of_three_is_refused() {
 fn a_cluster_with_an_evicting_master_is_refused_and_so_is_one_promoted_later() {
     let mut cluster = RedisCluster::start(3, 1000);
     let topology = cluster.topology();
-    let masters: Vec<u16> = topology.iter().filter(|n| n.master).map(|n| n.port).collect();
-    let replicas: Vec<u16> = topology.iter().filter(|n| !n.master).map(|n| n.port).collect();
+    let masters: Vec<u16> = topology
+        .iter()
+        .filter(|n| n.master)
+        .map(|n| n.port)
+        .collect();
+    let replicas: Vec<u16> = topology
+        .iter()
+        .filter(|n| !n.master)
+        .map(|n| n.port)
+        .collect();
     let url = cluster.url_with(FAST);
-    cluster.node(masters[2]).set_eviction("100mb", "volatile-random");
+    cluster
+        .node(masters[2])
+        .set_eviction("100mb", "volatile-random");
     refused(&url, "volatile-random");
     cluster.node(masters[2]).set_eviction("0", "noeviction");
 

@@ -270,11 +270,14 @@ fn an_old_master_back_after_a_failover_does_not_make_a_standing_lease_lost() {
     let ttl = Duration::from_secs(10);
     let mut lease = holder.try_acquire(&key, ttl).unwrap();
     // Whichever replica the Sentinels promote has it.
-    assert!(leasehold_testkit::wait_until(Duration::from_secs(5), || {
-        group.servers()[1..]
-            .iter()
-            .all(|r| r.command(&[b"EXISTS", &lock]).trim() == ":1")
-    }));
+    assert!(leasehold_testkit::wait_until(
+        Duration::from_secs(5),
+        || {
+            group.servers()[1..]
+                .iter()
+                .all(|r| r.command(&[b"EXISTS", &lock]).trim() == ":1")
+        }
+    ));
     let old = group.servers()[0].port();
     group.server_mut(old).kill();
     let moved = leasehold_testkit::wait_until(Duration::from_secs(20), || {
@@ -312,7 +315,11 @@ fn an_old_master_back_after_a_failover_does_not_make_a_standing_lease_lost() {
         let start = Instant::now();
         loop {
             if let Some(e) = lease.keep_alive_error() {
-                assert_ne!(e.kind(), ErrorKind::Lost, "a standing lease reported lost: {e}");
+                assert_ne!(
+                    e.kind(),
+                    ErrorKind::Lost,
+                    "a standing lease reported lost: {e}"
+                );
             }
             assert!(!lease.remaining().is_zero(), "the lease ran out");
             if done() {

@@ -304,7 +304,10 @@ fn every_redis_scheme_takes_allow_eviction() {
     }
     // Named among the accepted parameters when a Redis URL has an unknown one...
     let e = err("redis://h?allow_evictions=true");
-    assert!(e.contains("allow_eviction,") || e.ends_with("allow_eviction"), "{e}");
+    assert!(
+        e.contains("allow_eviction,") || e.ends_with("allow_eviction"),
+        "{e}"
+    );
     // ...and a Redis parameter only.
     let e = err("postgres://h/db?allow_eviction=true");
     assert!(e.contains("allow_eviction"), "{e}");
