@@ -212,7 +212,7 @@ impl Sentinel {
             }
         }
         // Most named first; a stable sort keeps the first named first among equals.
-        named.sort_by(|a, b| b.2.cmp(&a.2));
+        named.sort_by_key(|n| std::cmp::Reverse(n.2));
         for (host, port, _) in named {
             if deadline.is_past() {
                 break;
