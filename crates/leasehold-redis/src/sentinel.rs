@@ -130,7 +130,8 @@ impl Sentinel {
                     Err(e) if e.is_refused_deployment() => return Err(e),
                     Err(e) => {
                         return Err(Error::Unavailable(format!(
-                            "redis {} says the lease is gone, but it may stand on another                              master: {e}",
+                            "redis {} says the lease is gone, but it may stand on another \
+                             master: {e}",
                             node.name()
                         )))
                     }
