@@ -504,16 +504,15 @@ impl Node {
             packed.extend(redis::cmd("INFO").arg("memory").get_packed_command());
         }
         let count = 1 + usize::from(screening);
-        let replies = first
-            .inner
-            .req_packed_commands(&packed, 0, count)
-            .map_err(|e| from_redis(&e, "connect", &self.name, &self.secrets))?;
+        // Failed on the way (not refused): nothing is recorded, and the first call screens.
+        let replies = first.inner.req_packed_commands(&packed, 0, count).ok();
         let text = |i: usize| {
             replies
-                .get(i)
+                .as_ref()
+                .and_then(|r| r.get(i))
                 .and_then(|v| from_redis_value::<String>(v.clone()).ok())
         };
-        if screening {
+        if screening && replies.is_some() {
             if let Some(refusal) = self
                 .screen
                 .record(&self.name, generation, text(1).as_deref())
