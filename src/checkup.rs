@@ -38,8 +38,11 @@ pub fn doctor(url: &str) -> Result<Report> {
 
 /// The configuration the doctor connects with: the user's, with every refusal that has a URL
 /// switch turned off, so that what it would refuse is read and judged instead.
+/// (The Redis backend's diagnosis reads `maxmemory-policy` itself, on every node.)
 fn for_doctor(config: &Config) -> Config {
-    config.clone()
+    let mut config = config.clone();
+    config.redis.allow_eviction = true;
+    config
 }
 
 /// What every backend shares: the client's own deadlines, and TLS as configured.

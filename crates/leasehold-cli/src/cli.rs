@@ -126,6 +126,7 @@ Exit status:
   70     internal error (a bug in Leasehold)
   71     the command could not be started (other than 126/127)
   75     the key is held by someone else (after --wait, if given); try again later
+  78     the backend's configuration was refused (e.g. a Redis that evicts keys)
   79     the lease was lost while the command ran (it may have overlapped another holder)
   126    the command is not executable
   127    the command was not found
@@ -205,6 +206,7 @@ Exit status:
   69     the backend is unavailable
   75     the key stayed held by a running attempt for the whole --wait
   76     an earlier attempt started and never finished (see above)
+  78     the backend's configuration was refused (e.g. a Redis that evicts keys)
   79     the lease was lost while the command ran (its end could not be recorded)";
 
 #[derive(Debug, Args)]

@@ -19,6 +19,9 @@ pub const NOT_ACQUIRED: u8 = 75;
 /// `once`: an earlier attempt started and never finished (`EX_PROTOCOL`: the record says it may
 /// have done its work; check before recovering).
 pub const INCOMPLETE: u8 = 76;
+/// The backend's server is configured so that a lease cannot hold (an evicting Redis, say): the
+/// deployment was refused at connect (`EX_CONFIG`).
+pub const CONFIG: u8 = 78;
 /// The lease was lost while the command ran, so it may have overlapped with another holder.
 pub const LOST: u8 = 79;
 /// The wait was interrupted (by SIGINT or SIGTERM, which then ends leasehold itself unless the
@@ -43,6 +46,7 @@ Exit status:
   71     run: the command could not be started (other than 126/127)
   75     run: the key is held by someone else (after --wait, if given); try again later
   76     once: an earlier attempt started and never finished; check it, then --recover
+  78     the backend's configuration was refused (e.g. a Redis that evicts keys; see the message)
   79     run: the lease was lost while the command ran (it may have overlapped another holder)
   126    run: the command is not executable
   127    run: the command was not found
@@ -54,6 +58,8 @@ pub fn for_error(error: &Error) -> u8 {
         ErrorKind::NotAcquired => NOT_ACQUIRED,
         ErrorKind::Lost => LOST,
         ErrorKind::Unavailable => UNAVAILABLE,
+        // Not a bad argument but a server that cannot keep a lease: the operator's to fix.
+        ErrorKind::InvalidArgument if error.is_refused_deployment() => CONFIG,
         ErrorKind::InvalidArgument => USAGE,
         ErrorKind::Interrupted => INTERRUPTED,
         ErrorKind::IncompleteAttempt => INCOMPLETE,
@@ -107,6 +113,7 @@ mod tests {
             for_error(&Error::Internal("x".into())),
         ];
         assert_eq!(codes, [75, 79, 69, 64, 70]);
+        assert_eq!(for_error(&Error::refused_deployment("evicting")), 78);
     }
 
     #[test]

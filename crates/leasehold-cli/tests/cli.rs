@@ -541,6 +541,35 @@ fn an_unreachable_backend_exits_69_without_the_password() {
 }
 
 #[test]
+fn an_evicting_redis_exits_78_naming_the_policy() {
+    let server = leasehold_testkit::RedisServer::start_with_args(
+        Some("hunter2".into()),
+        ["--maxmemory", "100mb", "--maxmemory-policy", "volatile-lru"]
+            .map(String::from)
+            .to_vec(),
+    );
+    let dir = scratch();
+    let ran = file(&dir, "ran");
+    let out = leasehold(
+        &server.url(),
+        &["run", "k", "--", "touch", ran.to_str().unwrap()],
+    );
+    assert_eq!(code(&out), 78, "{}", stderr(&out));
+    let err = one_line_error(&out);
+    assert!(err.contains("maxmemory-policy is volatile-lru"), "{err}");
+    assert!(err.contains("allow_eviction=true"), "{err}");
+    assert!(!err.contains("hunter2"), "{err}");
+    assert!(!ran.exists());
+    // The operator's way out, taken on purpose.
+    let out = leasehold(
+        &server.url_with("allow_eviction=true"),
+        &["run", "k", "--", "touch", ran.to_str().unwrap()],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(ran.exists());
+}
+
+#[test]
 fn bad_usage_exits_64_on_one_line() {
     let url = Backend::local().url();
     for args in [

@@ -130,6 +130,19 @@ impl Error {
         Error::InvalidArgument(msg.into())
     }
 
+    /// An `InvalidArgument` that refuses a deployment: the server is configured so that a promise
+    /// cannot hold (an evicting Redis, say). Its message opens with [`DEPLOYMENT_REFUSED`], the one
+    /// mark that lets a caller (the CLI's exit status 78) tell it from a bad argument while the C
+    /// status and the PHP exception stay those of `InvalidArgument`.
+    pub fn refused_deployment(msg: impl fmt::Display) -> Self {
+        Error::InvalidArgument(format!("{DEPLOYMENT_REFUSED}{msg}"))
+    }
+
+    /// Whether this error refuses a deployment (see [`Error::refused_deployment`]).
+    pub fn is_refused_deployment(&self) -> bool {
+        matches!(self, Error::InvalidArgument(m) if m.starts_with(DEPLOYMENT_REFUSED))
+    }
+
     /// The same error with every given secret masked in its message: a second line of defence for
     /// layers that pass on errors built elsewhere (driver texts may echo a connection string).
     pub fn redacted<S: AsRef<str>>(self, secrets: &[S]) -> Self {
@@ -154,6 +167,9 @@ impl Error {
     }
 }
 
+/// How the message of [`Error::refused_deployment`] opens.
+pub const DEPLOYMENT_REFUSED: &str = "deployment refused: ";
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[cfg(test)]
@@ -166,5 +182,15 @@ mod tests {
         assert_eq!(e, Error::Lost("session of *** ended (url had ***)".into()));
         let plain = Error::NotAcquired("held".into());
         assert_eq!(plain.clone().redacted(&["x9"]), plain);
+    }
+
+    #[test]
+    fn a_refused_deployment_is_an_invalid_argument_with_a_mark() {
+        let e = Error::refused_deployment("maxmemory-policy=allkeys-lru");
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        assert!(e.is_refused_deployment());
+        assert!(e.clone().redacted(&["x9"]).is_refused_deployment());
+        assert!(!Error::invalid("bad TTL").is_refused_deployment());
+        assert!(!Error::Unavailable(e.message().into()).is_refused_deployment());
     }
 }

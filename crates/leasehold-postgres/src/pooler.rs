@@ -135,7 +135,7 @@ pub(crate) fn said(given: Option<PostgresPooler>, pooler: PostgresPooler) -> Str
 
 /// The refusal of advisory mode under transaction pooling, at connect.
 pub(crate) fn advisory_refused(said: &str) -> Error {
-    Error::invalid(format!(
+    Error::refused_deployment(format!(
         "PostgreSQL advisory locks belong to the server session that takes them, and a \
          transaction-pooling pooler ({said}) hands that session to other clients between \
          transactions, so a lease would stay in another client's session: use lock=table, or \

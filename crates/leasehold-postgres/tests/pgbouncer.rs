@@ -238,6 +238,8 @@ fn advisory_mode_is_refused_under_transaction_pooling() {
     // Named in the URL: refused before any connection (nothing listens on port 1).
     let e = backend("postgres://postgres@127.0.0.1:1/postgres?pooler=transaction").unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    // A deployment refused, which the CLI tells from a bad argument (exit 78).
+    assert!(e.is_refused_deployment(), "{e}");
     let text = e.to_string();
     assert!(
         text.contains("advisory locks belong to the server session")
@@ -250,6 +252,7 @@ fn advisory_mode_is_refused_under_transaction_pooling() {
     // Unnamed: detected, and refused the same way, saying it was detected.
     let e = backend(&url(PoolMode::Transaction, "lock=advisory")).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    assert!(e.is_refused_deployment(), "{e}");
     let text = e.to_string();
     assert!(
         text.contains("advisory locks belong to the server session") && text.contains("detected"),

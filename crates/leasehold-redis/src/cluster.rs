@@ -64,7 +64,25 @@ impl Cluster {
             looked_up: Mutex::new(None),
         };
         cluster.refresh(deadline, None, None)?;
+        cluster.screen_masters(deadline)?;
         Ok(cluster)
+    }
+
+    /// Screens every master of the slot map for eviction (see `eviction.rs`), so a Cluster with
+    /// one evicting master is refused at connect; masters found later are screened on first use.
+    /// A master that does not answer now is not held against the connect.
+    fn screen_masters(&self, deadline: Deadline) -> Result<()> {
+        for node in self.masters() {
+            if deadline.is_past() {
+                break;
+            }
+            let ask = deadline.min(Deadline::after(node.settings().io_timeout));
+            match node.call_routed("connect", ask, |_| Ok(())) {
+                Err(f) if f.error.is_refused_deployment() => return Err(f.into_error()),
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     /// Fence retention for every node from now on: the nodes are built again with it on first use

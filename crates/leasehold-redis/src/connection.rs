@@ -25,6 +25,8 @@ pub struct ConnectSettings {
     pub io_timeout: Duration,
     /// `None`: plain text.
     pub tls: Option<Tls>,
+    /// `allow_eviction=true`: a server that may evict keys is used anyway (see `eviction.rs`).
+    pub allow_eviction: bool,
 }
 
 impl ConnectSettings {
@@ -40,6 +42,7 @@ impl ConnectSettings {
             connect_timeout: config.connect_timeout,
             io_timeout: config.io_timeout,
             tls,
+            allow_eviction: config.redis.allow_eviction,
         })
     }
 }

@@ -425,15 +425,20 @@ impl<'a> Single<'a> {
         let (base, call) = self.settle_call(lease.kind(), lease.key(), &token, ms)?;
         let Some(_) = ttl else {
             let deadline = self.call_deadline();
-            let done: i64 = self.topology.run(&base, deadline, |node, via| {
-                node.call_routed("release", deadline, |c| {
-                    call.send(c, via, None).map(|(done, _)| done)
-                })
-            })?;
+            let done: i64 = self.topology.run_standing(
+                &base,
+                deadline,
+                |node, via| {
+                    node.call_routed("release", deadline, |c| {
+                        call.send(c, via, None).map(|(done, _)| done)
+                    })
+                },
+                |done| *done == 1,
+            )?;
             return Ok(done == 1);
         };
         let deadline = self.write_deadline();
-        self.topology.run(&base, deadline, |node, via| {
+        let extend = |node: &Node, via: Via| {
             let (done, acked): (i64, _) = node.confirmed("extend", deadline, via, &call)?;
             if done != 1 {
                 return Ok(false);
@@ -448,7 +453,9 @@ impl<'a> Single<'a> {
                 acked,
                 &given_back,
             ))))
-        })
+        };
+        self.topology
+            .run_standing(&base, deadline, extend, |done| *done)
     }
 
     pub(crate) fn release(&self, lease: &mut RawLease) -> Result<()> {
@@ -480,7 +487,7 @@ impl<'a> Single<'a> {
         let signal_ttl = millis(self.signal_ttl);
         let deadline = self.write_deadline();
         let sent = Instant::now();
-        let (taken, value): (i64, i64) = self.topology.run(b, deadline, |node, via| {
+        let promote = |node: &Node, via: Via| {
             let call = ScriptCall::new(&PROMOTE_SCRIPT)
                 .keys([
                     &b.lock,
@@ -511,7 +518,11 @@ impl<'a> Single<'a> {
                 }
             }
             Ok(reply)
-        })?;
+        };
+        // 0: another share is live; 1: promoted; anything else: our share is gone.
+        let (taken, value): (i64, i64) =
+            self.topology
+                .run_standing(b, deadline, promote, |(taken, _)| matches!(taken, 0 | 1))?;
         match taken {
             1 => {
                 let fence = u64::try_from(value)
@@ -550,7 +561,7 @@ impl<'a> Single<'a> {
             .arg(&b.signal_suffix)
             .arg(signal_ttl);
         let key = lease.key();
-        let done: bool = self.topology.run(b, deadline, |node, via| {
+        let demote = |node: &Node, via: Via| {
             let (done, acked): (i64, _) = node.confirmed("demote", deadline, via, &call)?;
             if done != 1 {
                 return Ok(false);
@@ -564,7 +575,10 @@ impl<'a> Single<'a> {
                 acked,
                 &given_back,
             ))))
-        })?;
+        };
+        let done: bool = self
+            .topology
+            .run_standing(b, deadline, demote, |done| *done)?;
         if !done {
             return Err(lost(lease.key(), LeaseKind::Exclusive));
         }
@@ -576,9 +590,19 @@ impl<'a> Single<'a> {
     pub(crate) fn restore(&self, key: &Key, token: Token) -> Result<RawLease> {
         let k = SharedKeys::new(self.prefix, key);
         let sent = Instant::now();
-        let reply = self.call(&k.base, "restore", self.call_deadline(), |node, c| {
-            k.restore(&token, millis(node.fence_retention())).invoke(c)
-        })?;
+        let deadline = self.call_deadline();
+        let reply = self.topology.run_standing(
+            &k.base,
+            deadline,
+            |node, via| {
+                node.call_routed("restore", deadline, |c| {
+                    asking(c, via)?;
+                    k.restore(&token, millis(node.fence_retention())).invoke(c)
+                })
+            },
+            // 0: the token holds nothing there.
+            |(how, _, _): &(i64, i64, i64)| *how != 0,
+        )?;
         restored(key, token, reply, sent)
     }
 

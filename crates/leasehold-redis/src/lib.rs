@@ -63,8 +63,10 @@
 //! - A call that timed out against a hung server may still run when the server wakes up: a late
 //!   acquire then holds the key under a token nobody has, until its TTL.
 //! - Run Redis with `maxmemory-policy noeviction` (an evicting policy drops exactly the expiring
-//!   lock keys). Fence counters (`{prefix}f:{key}`) expire after the fence retention: one small key
-//!   per key locked in the last 24 h. A waiter's signal list (`{prefix}s:{token}:{key}`) holds at
+//!   lock keys): a node whose `INFO memory` shows another policy under a memory limit is refused
+//!   (`eviction.rs`) unless the URL says `allow_eviction=true`. Fence counters
+//!   (`{prefix}f:{key}`) expire after the fence retention: one small key per key locked in the
+//!   last 24 h. A waiter's signal list (`{prefix}s:{token}:{key}`) holds at
 //!   most one entry (a wake-up or a grant) and expires after connect + I/O timeout.
 //! - Bounds: each operation has one deadline (`acquire`: wait + connect + I/O; the others:
 //!   connect and I/O), and its pool checkout, connect, name lookup, resend on a stale connection, commands
@@ -86,6 +88,7 @@ mod cluster;
 mod connection;
 mod doctor;
 mod errors;
+mod eviction;
 pub mod fence_gate;
 pub mod keys;
 mod kind_keys;

@@ -10,6 +10,7 @@
 
 use crate::connection::{Conn, ConnectSettings, Manager};
 use crate::errors::{breaks_connection, from_pool, from_redis, is_dropped};
+use crate::eviction::Screen;
 use crate::keys::RedisKeys;
 use crate::scripts::{ACQUIRE_SCRIPT, ALL, EXTEND_SCRIPT, RELEASE_SCRIPT};
 use crate::wire::Wire;
@@ -90,6 +91,8 @@ pub(crate) struct Node {
     replicas_timeout: Duration,
     /// How many replicas the last `WAIT` reported (-1: none yet), for `leasehold status`.
     last_acked: AtomicI64,
+    /// Whether the server may evict lock keys (see `eviction.rs`).
+    screen: Screen,
 }
 
 /// How long a fence counter outlives the key's last acquisition: the bound on how far a server's
@@ -369,6 +372,7 @@ impl Node {
             connect_timeout: Duration::from_secs(1),
             io_timeout: Duration::from_secs(1),
             tls: None,
+            allow_eviction: false,
         };
         Node::connect(address, settings, 2, Default::default()).unwrap()
     }
@@ -425,13 +429,14 @@ impl Node {
             pool: Pool::new(manager, pool_size),
             waiters: Pool::new(waiter_manager, pool_size),
             generation,
-            settings,
             secrets,
             blocks_fractionally: true,
             fence_retention: DEFAULT_FENCE_RETENTION,
             replicas: 0,
             replicas_timeout: Duration::ZERO,
             last_acked: AtomicI64::new(-1),
+            screen: Screen::new(settings.allow_eviction),
+            settings,
         })
     }
 
@@ -490,13 +495,47 @@ impl Node {
             .map_err(|e| {
                 from_redis(&self.probe.explain(e), "connect", &self.name, &self.secrets)
             })?;
-        // INFO may be denied by an ACL; a server that does not say is taken to be current.
-        Ok(redis::cmd("INFO")
-            .arg("server")
-            .query::<String>(&mut first.inner)
-            .ok()
+        // INFO may be denied by an ACL; a server that does not say is taken to be current, and
+        // used whatever its eviction policy (see `eviction.rs`). Both sections in one round trip.
+        let generation = first.generation;
+        let screening = self.screen.needed(generation);
+        let mut packed = redis::cmd("INFO").arg("server").get_packed_command();
+        if screening {
+            packed.extend(redis::cmd("INFO").arg("memory").get_packed_command());
+        }
+        let count = 1 + usize::from(screening);
+        // Failed on the way (not refused): nothing is recorded, and the first call screens.
+        let replies = first.inner.req_packed_commands(&packed, 0, count).ok();
+        let text = |i: usize| {
+            replies
+                .as_ref()
+                .and_then(|r| r.get(i))
+                .and_then(|v| from_redis_value::<String>(v.clone()).ok())
+        };
+        if screening && replies.is_some() {
+            if let Some(refusal) = self
+                .screen
+                .record(&self.name, generation, text(1).as_deref())
+            {
+                return Err(refusal);
+            }
+        }
+        Ok(text(0)
             .and_then(|info| major_version(&info))
             .is_none_or(|major| major >= 6))
+    }
+
+    /// Reads `INFO memory` on `c`, a connection of `generation`, and records whether the server
+    /// may evict lock keys (see `eviction.rs`). An error reply (INFO denied) counts as not saying;
+    /// a failed connection fails the call it was made for.
+    fn screen_on(&self, c: &mut Wire, generation: u64) -> RedisResult<()> {
+        let info = match redis::cmd("INFO").arg("memory").query::<String>(c) {
+            Ok(info) => Some(info),
+            Err(e) if e.is_io_error() || e.is_timeout() || is_dropped(&e) => return Err(e),
+            Err(_) => None,
+        };
+        self.screen.record(&self.name, generation, info.as_deref());
+        Ok(())
     }
 
     /// The server's `run_id` (`INFO server`): it names one server process whatever address
@@ -845,6 +884,9 @@ impl Node {
         let pool_is_main = std::ptr::eq(pool, &self.pool);
         let mut retried = false;
         let mut fresh_drops: u64 = 0;
+        if let Some(refusal) = self.screen.refusal() {
+            return Err(Failure::from_error(refusal));
+        }
         loop {
             let mut conn = self.checkout(pool, checkout).map_err(|error| Failure {
                 error,
@@ -860,8 +902,21 @@ impl Node {
             } else {
                 Ok(())
             };
-            match bounded.and_then(|()| f(&mut conn.inner)) {
-                Ok(value) => return Ok(value),
+            // A server is screened for eviction on its first call, and again after it was found
+            // gone: one `INFO memory` then, never on later calls.
+            let generation = conn.generation;
+            let screened = if pool_is_main && self.screen.needed(generation) {
+                bounded.and_then(|()| self.screen_on(&mut conn.inner, generation))
+            } else {
+                bounded
+            };
+            let outcome = screened.and_then(|()| match self.screen.refusal() {
+                Some(refusal) => Ok(Err(refusal)),
+                None => f(&mut conn.inner).map(Ok),
+            });
+            match outcome {
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(refusal)) => return Err(Failure::from_error(refusal)),
                 Err(err) => {
                     if breaks_connection(&err) {
                         conn.broken = true;
@@ -1027,6 +1082,10 @@ impl Node {
     ) -> Option<PooledConnection<Manager>> {
         loop {
             let mut conn = self.pool.try_idle()?;
+            // Not screened yet (or refused): the ordinary path says so.
+            if self.screen.needed(conn.generation) || self.screen.refusal().is_some() {
+                return None;
+            }
             if conn.generation < self.generation.load(Ordering::Acquire) {
                 mark_broken(&mut conn);
                 continue;

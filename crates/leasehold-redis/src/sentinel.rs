@@ -1,12 +1,16 @@
 //! `redis+sentinel://`: the master the Sentinels name for a service, looked up again when it stops
 //! answering as the master (see `topology.rs` for the rules every routed call follows).
 
+use crate::connection::ConnectSettings;
 use crate::node::{Failure, Hint, Node, Via};
 use crate::routing::{join_addr, pause_before_retry, NodeTemplate, LOOKUP_EVERY};
 use leasehold_core::config::RedisServer;
 use leasehold_core::{Deadline, Error, Result};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
+
+/// How many times one call may move to another master the Sentinels name (see [`Sentinel::run`]).
+const MAX_MOVES: u32 = 3;
 
 pub(crate) struct Sentinel {
     /// The Sentinels, each an ordinary node (a small pool, their own credentials).
@@ -44,6 +48,11 @@ impl Sentinel {
         let sentinel_template = NodeTemplate {
             pool_size: 2,
             replicas: 0,
+            // Sentinels hold no keys: nothing of theirs to screen for eviction.
+            settings: ConnectSettings {
+                allow_eviction: true,
+                ..template.settings.clone()
+            },
             ..template.clone()
         };
         let sentinels = sentinels
@@ -83,35 +92,76 @@ impl Sentinel {
             .clone()
     }
 
+    /// Runs `op` on the master, following a failover while `deadline` allows. `stands` says
+    /// whether an answer is one a lease may rest on: one that is not (the key no longer holds our
+    /// token) counts only from the master the Sentinels name now, who are asked before it is
+    /// believed — the node that said so may be an old master back after a failover (empty, or a
+    /// replica still syncing) while the lease stands on the new one. A call that succeeds costs
+    /// no lookup.
     pub(crate) fn run<T>(
         &self,
         deadline: Deadline,
         mut op: impl FnMut(&Node, Via) -> std::result::Result<T, Failure>,
+        stands: impl Fn(&T) -> bool,
     ) -> Result<T> {
+        // Moves to another master after an answer or an error of the one before: bounded, so
+        // Sentinels that keep changing their minds cannot keep a call going round.
+        let mut moves = 0;
         loop {
             let node = match self.current() {
                 Some(node) => node,
                 None => match self.resolve(deadline, None) {
                     Ok(node) => node,
+                    Err(e) if e.is_refused_deployment() => return Err(e),
                     Err(e) if !pause_before_retry(deadline) => return Err(e),
                     Err(_) => continue,
                 },
             };
             let failure = match op(&node, Via::default()) {
-                Ok(value) => return Ok(value),
+                Ok(value) if stands(&value) => return Ok(value),
+                Ok(value) => match self.resolve(deadline, Some(&node)) {
+                    Ok(master) if Arc::ptr_eq(&master, &node) || moves >= MAX_MOVES => {
+                        return Ok(value)
+                    }
+                    Ok(_) => {
+                        moves += 1;
+                        continue;
+                    }
+                    Err(e) if e.is_refused_deployment() => return Err(e),
+                    Err(e) => {
+                        return Err(Error::Unavailable(format!(
+                            "redis {} says the lease is gone, but it may stand on another \
+                             master: {e}",
+                            node.name()
+                        )))
+                    }
+                },
                 Err(failure) => failure,
             };
-            if failure.hint != Hint::Reroute || deadline.is_past() {
+            if deadline.is_past() {
                 return Err(failure.into_error());
             }
-            // Unreachable or demoted: the Sentinels may name another master by now (another
-            // thread may have asked them already).
-            let changed = self.current().is_some_and(|now| !Arc::ptr_eq(&now, &node));
-            if !changed && self.due() {
-                let _ = self.resolve(deadline, Some(&node));
+            // After any error the Sentinels may name another master by now (another thread may
+            // have asked them already).
+            let changed = |sentinel: &Sentinel| {
+                sentinel
+                    .current()
+                    .is_some_and(|now| !Arc::ptr_eq(&now, &node))
+            };
+            if !changed(self) && self.due() {
+                match self.resolve(deadline, Some(&node)) {
+                    Err(e) if e.is_refused_deployment() => return Err(e),
+                    _ => {}
+                }
             }
-            if !pause_before_retry(deadline) {
+            if failure.hint == Hint::Reroute {
+                if !pause_before_retry(deadline) {
+                    return Err(failure.into_error());
+                }
+            } else if !changed(self) || moves >= MAX_MOVES {
                 return Err(failure.into_error());
+            } else {
+                moves += 1;
             }
         }
     }
@@ -125,14 +175,19 @@ impl Sentinel {
         due
     }
 
-    /// Asks each Sentinel in turn for the master's address and takes the first one that `ROLE`
-    /// confirms is a master (a Sentinel that has not caught up with a failover, or lies, names a
-    /// replica). `failed` is the node that just failed: it is kept only if it still says `master`.
+    /// Asks the Sentinels for the master's address, until a majority of them agree (or every one
+    /// was asked), and takes the address most of them name that `ROLE` confirms is a master. A
+    /// Sentinel that has not caught up with a failover names the old master, which may be back and
+    /// claim to be one (empty, until the Sentinels make it a replica); one that lies may name a
+    /// replica. `failed` is the node that just failed or answered: kept if it still says `master`.
     fn resolve(&self, deadline: Deadline, failed: Option<&Arc<Node>>) -> Result<Arc<Node>> {
         *self.looked_up.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
         let mut problems: Vec<String> = Vec::new();
+        // Each address named, with how many Sentinels named it, in the order first named.
+        let mut named: Vec<(String, u16, usize)> = Vec::new();
+        let majority = self.sentinels.len() / 2 + 1;
         for sentinel in &self.sentinels {
-            if deadline.is_past() {
+            if deadline.is_past() || named.iter().any(|n| n.2 >= majority) {
                 break;
             }
             let ask = deadline.min(Deadline::after(sentinel.settings().io_timeout));
@@ -142,21 +197,27 @@ impl Sentinel {
                     .arg(&self.service)
                     .query::<Option<(String, u16)>>(c)
             });
-            let (host, port) = match reply {
-                Ok(Some(addr)) => addr,
-                Ok(None) => {
-                    problems.push(format!(
-                        "{} does not know service {:?}",
-                        sentinel.name(),
-                        self.service
-                    ));
-                    continue;
+            match reply {
+                Ok(Some((host, port))) => {
+                    match named.iter_mut().find(|n| n.0 == host && n.1 == port) {
+                        Some(n) => n.2 += 1,
+                        None => named.push((host, port, 1)),
+                    }
                 }
-                Err(f) => {
-                    problems.push(f.into_error().to_string());
-                    continue;
-                }
-            };
+                Ok(None) => problems.push(format!(
+                    "{} does not know service {:?}",
+                    sentinel.name(),
+                    self.service
+                )),
+                Err(f) => problems.push(f.into_error().to_string()),
+            }
+        }
+        // Most named first; a stable sort keeps the first named first among equals.
+        named.sort_by_key(|n| std::cmp::Reverse(n.2));
+        for (host, port, _) in named {
+            if deadline.is_past() {
+                break;
+            }
             let addr = join_addr(&host, port);
             let node = match self.current() {
                 Some(now) if now.name() == addr => now,
@@ -179,9 +240,15 @@ impl Sentinel {
                     return Ok(node);
                 }
                 Ok(role) => problems.push(format!(
-                    "{} names {addr} as the master, which says it is a {role}",
-                    sentinel.name()
+                    "the Sentinels name {addr} as the master, which says it is a {role}"
                 )),
+                // The master is screened on its first call (`ROLE`): one that may evict lock
+                // keys is refused, not looked past, and kept as the master so later calls are
+                // refused at once (its refusal is cached).
+                Err(f) if f.error.is_refused_deployment() => {
+                    *self.current.write().unwrap_or_else(|p| p.into_inner()) = Some(node);
+                    return Err(f.into_error());
+                }
                 Err(f) => problems.push(f.into_error().to_string()),
             }
         }

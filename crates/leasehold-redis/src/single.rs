@@ -279,9 +279,12 @@ impl RedisBackend {
         }
         let sent = Instant::now();
         let deadline = bound.min(self.write_deadline());
-        match self.topology.run(keys, deadline, |node, via| {
-            node.extend_via(keys, token, ttl, self.signal_ttl, deadline, via)
-        }) {
+        match self.topology.run_standing(
+            keys,
+            deadline,
+            |node, via| node.extend_via(keys, token, ttl, self.signal_ttl, deadline, via),
+            |done| *done,
+        ) {
             Ok(true) => {
                 lease.renewed(ttl, sent);
                 Ok(Some(lease))
@@ -446,9 +449,12 @@ impl LockBackend for RedisBackend {
         }
         let keys = self.keys(lease.key());
         let (token, deadline) = (lease.token(), self.call_deadline());
-        if self.topology.run(&keys, deadline, |node, via| {
-            node.release_via(&keys, &token, self.signal_ttl, deadline, via)
-        })? {
+        if self.topology.run_standing(
+            &keys,
+            deadline,
+            |node, via| node.release_via(&keys, &token, self.signal_ttl, deadline, via),
+            |done| *done,
+        )? {
             Ok(())
         } else {
             Err(lost(lease.key()))
@@ -462,9 +468,12 @@ impl LockBackend for RedisBackend {
         let keys = self.keys(lease.key());
         let sent = Instant::now();
         let (token, deadline) = (lease.token(), self.write_deadline());
-        if self.topology.run(&keys, deadline, |node, via| {
-            node.extend_via(&keys, &token, ttl, self.signal_ttl, deadline, via)
-        })? {
+        if self.topology.run_standing(
+            &keys,
+            deadline,
+            |node, via| node.extend_via(&keys, &token, ttl, self.signal_ttl, deadline, via),
+            |done| *done,
+        )? {
             lease.renewed(ttl, sent);
             Ok(())
         } else {

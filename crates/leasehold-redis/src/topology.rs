@@ -56,12 +56,25 @@ impl Topology {
         &self,
         keys: &RedisKeys,
         deadline: Deadline,
+        op: impl FnMut(&Node, Via) -> std::result::Result<T, Failure>,
+    ) -> Result<T> {
+        self.run_standing(keys, deadline, op, |_| true)
+    }
+
+    /// [`Topology::run`] for a call whose answer may say the lease is gone: `stands` tells. Behind
+    /// Sentinels, such an answer is believed only once they confirm the node that gave it is the
+    /// master (see `sentinel.rs`); a successful call costs nothing more.
+    pub(crate) fn run_standing<T>(
+        &self,
+        keys: &RedisKeys,
+        deadline: Deadline,
         mut op: impl FnMut(&Node, Via) -> std::result::Result<T, Failure>,
+        stands: impl Fn(&T) -> bool,
     ) -> Result<T> {
         match self {
             Topology::Single(node) => op(node, Via::default()).map_err(Failure::into_error),
             Topology::Cluster(cluster) => cluster.run(keys.slot(), deadline, op),
-            Topology::Sentinel(sentinel) => sentinel.run(deadline, op),
+            Topology::Sentinel(sentinel) => sentinel.run(deadline, op, stands),
         }
     }
 

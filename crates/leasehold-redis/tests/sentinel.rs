@@ -254,3 +254,114 @@ fn a_lying_sentinel_is_checked_and_dead_sentinels_are_bounded() {
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
     assert!(took < Duration::from_millis(600) + SLACK, "took {took:?}");
 }
+
+/// The old master comes back after a failover — empty, claiming to be a master until the
+/// Sentinels make it a replica (8 s or more later) — while a `replicas=1` holder's client still
+/// points at it. The lease stands on the new master (its acquire was acknowledged by a replica),
+/// so the empty node's "not yours" must not be believed: the client asks the Sentinels before
+/// reporting a loss, and renews on the new master from then on. A lease that is really gone
+/// there is still reported lost.
+#[test]
+fn an_old_master_back_after_a_failover_does_not_make_a_standing_lease_lost() {
+    let mut group = RedisSentinel::start(2, 3, 500);
+    let holder = client(&group.url_with(&format!("{FAST}&replicas=1&replicas_timeout_ms=1000")));
+    let key = Key::new(unique_key("returns")).unwrap();
+    let lock = leasehold_redis::keys::RedisKeys::new("leasehold:", &key).lock;
+    let ttl = Duration::from_secs(10);
+    let mut lease = holder.try_acquire(&key, ttl).unwrap();
+    // Whichever replica the Sentinels promote has it.
+    assert!(leasehold_testkit::wait_until(
+        Duration::from_secs(5),
+        || {
+            group.servers()[1..]
+                .iter()
+                .all(|r| r.command(&[b"EXISTS", &lock]).trim() == ":1")
+        }
+    ));
+    let old = group.servers()[0].port();
+    group.server_mut(old).kill();
+    let moved = leasehold_testkit::wait_until(Duration::from_secs(20), || {
+        group.master_port().is_some_and(|p| p != old)
+    });
+    assert!(moved, "no failover");
+    let new = group.master_port().unwrap();
+    assert!(group.wait_master(new, Duration::from_secs(10)));
+    // The other replica follows the new master, so `replicas=1` can be met there.
+    let following = leasehold_testkit::wait_until(Duration::from_secs(20), || {
+        group
+            .servers()
+            .iter()
+            .find(|s| s.port() == new)
+            .unwrap()
+            .command(&[b"INFO", b"replication"])
+            .contains("state=online")
+    });
+    assert!(following, "no replica followed the new master");
+    group.server_mut(old).restart();
+    let back = &group.servers()[0];
+    assert!(back.command(&[b"ROLE"]).contains("master"));
+    assert_eq!(back.command(&[b"EXISTS", &lock]).trim(), ":0");
+
+    // The client's master is still the old one: it says the key is not ours.
+    lease
+        .extend(ttl)
+        .expect("the lease stands on the new master, whatever the old one says");
+    assert!(lease.remaining() > Duration::from_secs(8));
+    lease.keep_alive(true).unwrap();
+
+    // Renewed on the new master, never reported lost, until the old master is a synced replica
+    // and a few renewals more.
+    let watch = |limit: Duration, done: &dyn Fn() -> bool| {
+        let start = Instant::now();
+        loop {
+            if let Some(e) = lease.keep_alive_error() {
+                assert_ne!(
+                    e.kind(),
+                    ErrorKind::Lost,
+                    "a standing lease reported lost: {e}"
+                );
+            }
+            assert!(!lease.remaining().is_zero(), "the lease ran out");
+            if done() {
+                return start.elapsed();
+            }
+            assert!(start.elapsed() < limit, "not done within {limit:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let took = watch(Duration::from_secs(60), &|| {
+        let info = group.servers()[0].command(&[b"INFO", b"replication"]);
+        info.contains("role:slave") && info.contains("master_link_status:up")
+    });
+    eprintln!("sentinel: the old master is a synced replica after {took:?}");
+    let renewals = Instant::now();
+    watch(Duration::from_secs(10), &|| {
+        renewals.elapsed() > Duration::from_secs(7)
+    });
+    let left: i64 = group
+        .servers()
+        .iter()
+        .find(|s| s.port() == new)
+        .unwrap()
+        .command(&[b"PTTL", &lock])
+        .trim()
+        .trim_start_matches(':')
+        .parse()
+        .unwrap();
+    assert!(left > 5_000, "renewed on the new master: {left} ms left");
+
+    // Gone for real on the new master: reported lost at the next renewal.
+    group
+        .servers()
+        .iter()
+        .find(|s| s.port() == new)
+        .unwrap()
+        .command(&[b"DEL", &lock]);
+    let lost = leasehold_testkit::wait_until(ttl / 3 + Duration::from_secs(3), || {
+        lease
+            .keep_alive_error()
+            .is_some_and(|e| e.kind() == ErrorKind::Lost)
+    });
+    assert!(lost, "a lost lease kept: {:?}", lease.keep_alive_error());
+    assert!(lease.remaining().is_zero());
+}

@@ -370,6 +370,26 @@ impl RedisServer {
             * 1e6
     }
 
+    /// Sets the memory limit and the eviction policy of the running server (`CONFIG SET
+    /// maxmemory … maxmemory-policy …`), as an operator or a managed service would: `"0"` and
+    /// `"noeviction"` are what every server here starts with. Panics if the server refuses.
+    pub fn set_eviction(&self, maxmemory: &str, policy: &str) {
+        let reply = self.command(&[
+            b"CONFIG",
+            b"SET",
+            b"maxmemory",
+            maxmemory.as_bytes(),
+            b"maxmemory-policy",
+            policy.as_bytes(),
+        ]);
+        // RESP `+OK`, or `OK` from redis-cli on a TLS server.
+        assert!(
+            reply.trim_start_matches('+').starts_with("OK"),
+            "CONFIG SET on {}: {reply}",
+            self.port
+        );
+    }
+
     /// Zeroes the server's command statistics, which [`RedisServer::busy_usec`] reads.
     pub fn reset_stats(&self) {
         self.command(&[b"CONFIG", b"RESETSTAT"]);

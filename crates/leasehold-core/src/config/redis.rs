@@ -17,7 +17,12 @@ pub const DEFAULT_SENTINEL_PORT: u16 = 26379;
 pub const MAX_REPLICAS: u32 = 64;
 
 /// Parameters every Redis URL accepts (single, Unix socket, Cluster, Sentinel, Redlock).
-pub const REDIS_PARAMS: &[&str] = &["replicas", "replicas_timeout_ms", "password_file"];
+pub const REDIS_PARAMS: &[&str] = &[
+    "replicas",
+    "replicas_timeout_ms",
+    "password_file",
+    "allow_eviction",
+];
 
 /// TLS parameters of the Redis TLS schemes (`rediss://`, `rediss+cluster://`, `rediss+sentinel://`,
 /// `redlocks://`).
@@ -45,6 +50,9 @@ pub struct RedisOptions {
     pub replicas_timeout: Duration,
     /// TLS settings, present exactly for the TLS schemes.
     pub tls: Option<TlsOptions>,
+    /// `allow_eviction=true`: accept a server whose `maxmemory-policy` may evict keys under its
+    /// memory limit (refused at connect otherwise: an evicted lock key is a second holder).
+    pub allow_eviction: bool,
 }
 
 /// TLS settings of a Redis TLS scheme.
@@ -172,6 +180,16 @@ pub(super) fn redis_options(
         ));
     }
     let replicas_timeout = query.millis("replicas_timeout_ms", io_timeout)?;
+    let allow_eviction = match query.get("allow_eviction") {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(invalid(format!(
+                "`allow_eviction` must be `true` or `false`, got `{}`",
+                other.escape_debug()
+            )))
+        }
+    };
     let tls = tls
         .then(|| -> Result<TlsOptions> {
             let path = |name: &str| query.get(name).map(PathBuf::from);
@@ -203,6 +221,7 @@ pub(super) fn redis_options(
         replicas,
         replicas_timeout,
         tls,
+        allow_eviction,
     })
 }
 

@@ -311,6 +311,43 @@ fn topology_urls() {
 }
 
 #[test]
+fn every_redis_scheme_takes_allow_eviction() {
+    for url in [
+        "redis://h",
+        "rediss://h",
+        "redis+unix:///run/redis.sock",
+        "redis+cluster://a,b",
+        "rediss+cluster://a,b",
+        "redis+sentinel://s1/m",
+        "rediss+sentinel://s1/m",
+        "redlock://a,b,c",
+        "redlocks://a,b,c",
+        "valkey://h",
+        "valkeys+cluster://a,b",
+        "valkey+sentinel://s1/m",
+    ] {
+        assert!(!Config::parse(url).unwrap().redis.allow_eviction, "{url}");
+        let sep = if url.contains('?') { '&' } else { '?' };
+        let on = format!("{url}{sep}allow_eviction=true");
+        assert!(Config::parse(&on).unwrap().redis.allow_eviction, "{on}");
+        let off = format!("{url}{sep}allow_eviction=false");
+        assert!(!Config::parse(&off).unwrap().redis.allow_eviction, "{off}");
+        let e = err(&format!("{url}{sep}allow_eviction=yes"));
+        assert!(e.contains("`true` or `false`"), "{e}");
+    }
+    // Named among the accepted parameters when a Redis URL has an unknown one...
+    let e = err("redis://h?allow_evictions=true");
+    assert!(
+        e.contains("allow_eviction,") || e.ends_with("allow_eviction"),
+        "{e}"
+    );
+    // ...and a Redis parameter only.
+    let e = err("postgres://h/db?allow_eviction=true");
+    assert!(e.contains("allow_eviction"), "{e}");
+    err("file:///x?allow_eviction=true");
+}
+
+#[test]
 fn password_files() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("pw");

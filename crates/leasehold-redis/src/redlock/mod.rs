@@ -173,6 +173,11 @@ impl RedlockBackend {
                 Err(e) => tally.failed.push(e),
             }
         }
+        // One node that may evict keys refuses the deployment, however many others answered:
+        // its votes could vanish under memory pressure (see `eviction.rs`).
+        if let Some(refusal) = tally.failed.iter().find(|e| e.is_refused_deployment()) {
+            return Err(refusal.clone());
+        }
         backend.check_distinct(&run_ids)?;
         if tally.yes < quorum {
             return Err(Error::unavailable(
