@@ -1,0 +1,528 @@
+//! A small blocking client of etcd's HTTP/JSON gateway (`POST /v3/…`, JSON bodies with base64 keys
+//! and values, 64-bit numbers as strings), over `ureq`.
+//!
+//! * Bounded: every request gets what is left of the call's [`Deadline`] as ureq's global timeout
+//!   (and at most the connect timeout for its connect); names are resolved by core's bounded
+//!   resolver ([`CoreResolver`]), so no lookup outlives the call either.
+//! * Members: a request goes to the member that answered last; one that cannot be reached, times
+//!   out or has no leader is passed over for the next. A request that may have been applied (sent,
+//!   then no answer) is sent again only when the caller says it is safe ([`Retry::Safe`]: reads,
+//!   lease renewals and revocations, and writes whose outcome a second try can tell).
+//! * Fork: each process has its own agent (and so its own idle connections) through core's
+//!   [`PerProcess`]: a child never writes on a socket its parent uses.
+//! * Authentication: with a user, a token from `/v3/auth/authenticate` goes in the `Authorization`
+//!   header; an expired token is replaced once and the request sent again (it was refused, not run).
+
+use base64::Engine;
+use leasehold_core::config::{EtcdConfig, TlsOptions};
+use leasehold_core::fork::PerProcess;
+use leasehold_core::{Deadline, Error, Result, Secret};
+use serde_json::{json, Value};
+use std::io::BufRead;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+use ureq::unversioned::resolver::{ResolvedSocketAddrs, Resolver};
+use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
+
+/// Whether a request may be sent again after an answer that never came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Retry {
+    /// Running it twice does no harm, or the caller tells the second outcome apart.
+    Safe,
+    /// Sent again only when the first never reached a member (its connect failed).
+    Once,
+}
+
+/// What etcd's gRPC status codes mean here.
+const CODE_NOT_FOUND: i64 = 5;
+const CODE_PERMISSION_DENIED: i64 = 7;
+const CODE_UNAUTHENTICATED: i64 = 16;
+const CODE_INVALID_ARGUMENT: i64 = 3;
+const CODE_FAILED_PRECONDITION: i64 = 9;
+
+pub(crate) struct Gateway {
+    bases: Vec<String>,
+    /// The member the next request goes to first.
+    next: AtomicUsize,
+    config: ureq::config::Config,
+    here: PerProcess<Here>,
+    connect_timeout: Duration,
+    user: Option<(String, Secret)>,
+    secrets: Vec<String>,
+}
+
+/// One process's agent and authentication token.
+struct Here {
+    agent: ureq::Agent,
+    token: Mutex<Option<String>>,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("members", &self.bases)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a request failed, before it is turned into the caller's error.
+enum Failure {
+    /// Never reached a member: safe to send elsewhere.
+    NotSent(String),
+    /// Sent, and no answer (a timeout, a broken connection): it may have been applied.
+    Unknown(String),
+    /// The member answered with an error.
+    Answered { code: i64, message: String },
+}
+
+impl Gateway {
+    pub(crate) fn new(
+        etcd: &EtcdConfig,
+        connect_timeout: Duration,
+        pool_size: u32,
+    ) -> Result<Gateway> {
+        let scheme = if etcd.tls.is_some() { "https" } else { "http" };
+        let bases = etcd
+            .endpoints
+            .iter()
+            .map(|e| format!("{scheme}://{e}"))
+            .collect();
+        let mut builder = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .max_idle_connections(pool_size as usize)
+            .max_idle_connections_per_host(pool_size as usize)
+            .user_agent(concat!("leasehold/", env!("CARGO_PKG_VERSION")))
+            .no_delay(true);
+        if let Some(tls) = &etcd.tls {
+            builder = builder.tls_config(tls_config(tls)?);
+        }
+        let user = match (&etcd.user, &etcd.password) {
+            (Some(user), Some(password)) => Some((user.clone(), password.clone())),
+            _ => None,
+        };
+        Ok(Gateway {
+            bases,
+            next: AtomicUsize::new(0),
+            config: builder.build(),
+            here: PerProcess::new(),
+            connect_timeout,
+            user,
+            secrets: etcd.secrets(),
+        })
+    }
+
+    fn here(&self) -> &Here {
+        self.here
+            .get(|| Here {
+                agent: ureq::Agent::with_parts(
+                    self.config.clone(),
+                    DefaultConnector::default(),
+                    CoreResolver,
+                ),
+                token: Mutex::new(None),
+            })
+            .0
+    }
+
+    /// The members, the one the next request goes to first marked with `*`.
+    pub(crate) fn members(&self) -> String {
+        let next = self.next.load(Ordering::Relaxed) % self.bases.len();
+        self.bases
+            .iter()
+            .enumerate()
+            .map(|(i, base)| {
+                let host = base.split("://").nth(1).unwrap_or(base);
+                if i == next {
+                    format!("{host}*")
+                } else {
+                    host.to_owned()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// `POST path` with `body`, within `deadline`: the answer's JSON.
+    pub(crate) fn call(
+        &self,
+        path: &str,
+        body: &Value,
+        retry: Retry,
+        deadline: Deadline,
+    ) -> Result<Value> {
+        let body = body.to_string();
+        let members = self.bases.len();
+        let mut tried = 0;
+        let mut reauthenticated = false;
+        loop {
+            let member = self.next.load(Ordering::Relaxed) % members;
+            let failure = match self.send(member, path, &body, deadline) {
+                Ok(response) => return read_json(response, deadline, &self.secrets),
+                Err(failure) => failure,
+            };
+            let (message, again) = match failure {
+                Failure::NotSent(message) => (message, true),
+                Failure::Unknown(message) => (message, retry == Retry::Safe),
+                Failure::Answered { code, message } if code == CODE_UNAUTHENTICATED => {
+                    if self.user.is_some() && !reauthenticated {
+                        // An expired token is refused before anything runs: log in again once.
+                        reauthenticated = true;
+                        *lock(&self.here().token) = None;
+                        continue;
+                    }
+                    return Err(
+                        Error::invalid(format!("etcd refused the credentials: {message}"))
+                            .redacted(&self.secrets),
+                    );
+                }
+                Failure::Answered { code, message } => {
+                    return Err(answered(code, message).redacted(&self.secrets))
+                }
+            };
+            // This member could not serve it: the next request goes to the next member.
+            let _ = self.next.compare_exchange(
+                member,
+                (member + 1) % members,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            tried += 1;
+            if !again || tried >= members || deadline.is_past() {
+                return Err(Error::unavailable(
+                    format!(
+                        "etcd at {}: {message}",
+                        self.bases[member].split("://").nth(1).unwrap_or_default()
+                    ),
+                    &self.secrets,
+                ));
+            }
+        }
+    }
+
+    fn send(
+        &self,
+        member: usize,
+        path: &str,
+        body: &str,
+        deadline: Deadline,
+    ) -> Result<ureq::http::Response<ureq::Body>, Failure> {
+        let token = self.token(member, deadline)?;
+        self.post(member, path, body, token.as_deref(), deadline)
+    }
+
+    /// The request itself, with the header that makes a member cut off from its leader refuse
+    /// (streams, watches above all, would otherwise wait on it for ever).
+    fn post(
+        &self,
+        member: usize,
+        path: &str,
+        body: &str,
+        token: Option<&str>,
+        deadline: Deadline,
+    ) -> Result<ureq::http::Response<ureq::Body>, Failure> {
+        let left = deadline.remaining();
+        if left.is_zero() {
+            return Err(Failure::NotSent(
+                "out of time (the call's connect + I/O timeout is used up)".into(),
+            ));
+        }
+        let url = format!("{}{path}", self.bases[member]);
+        let mut request = self
+            .here()
+            .agent
+            .post(&url)
+            .config()
+            .timeout_global(Some(left))
+            .timeout_connect(Some(self.connect_timeout.min(left)))
+            .build()
+            .header("Content-Type", "application/json")
+            .header("Grpc-Metadata-hasleader", "true");
+        if let Some(token) = token {
+            request = request.header("Authorization", token);
+        }
+        let response = request.send(body).map_err(|e| failure_of(&e))?;
+        let status = response.status().as_u16();
+        if status == 200 {
+            return Ok(response);
+        }
+        let text = response
+            .into_body()
+            .with_config()
+            .limit(64 * 1024)
+            .read_to_string()
+            .unwrap_or_default();
+        let parsed: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        let code = number(&parsed["code"]).unwrap_or(-1);
+        let message = parsed["error"]
+            .as_str()
+            .or(parsed["message"].as_str())
+            .map(str::to_owned)
+            .unwrap_or_else(|| format!("HTTP {status}"));
+        // "No leader" and a timed-out proposal: this member cannot serve now, another may.
+        if code == 14 || message.contains("no leader") || status == 503 {
+            return Err(Failure::Unknown(message));
+        }
+        Err(Failure::Answered { code, message })
+    }
+
+    /// This process's token, logging in first when there is a user and no token yet.
+    fn token(&self, member: usize, deadline: Deadline) -> Result<Option<String>, Failure> {
+        let Some((user, password)) = &self.user else {
+            return Ok(None);
+        };
+        if let Some(token) = lock(&self.here().token).clone() {
+            return Ok(Some(token));
+        }
+        let body = json!({"name": user, "password": password.expose()}).to_string();
+        let response = self.post(member, "/v3/auth/authenticate", &body, None, deadline)?;
+        let answer = read_json(response, deadline, &self.secrets)
+            .map_err(|e| Failure::Unknown(e.to_string()))?;
+        let token = answer["token"]
+            .as_str()
+            .ok_or_else(|| Failure::Answered {
+                code: CODE_UNAUTHENTICATED,
+                message: "etcd gave no token (is authentication enabled?)".into(),
+            })?
+            .to_owned();
+        *lock(&self.here().token) = Some(token.clone());
+        Ok(Some(token))
+    }
+
+    /// Opens a watch of `key` from revision `from` (deletions only) and waits until it reports
+    /// one, or `until`: `Ok(true)` when something happened (a deletion, or the history before
+    /// `from` was compacted, so the caller must look again), `Ok(false)` when the time ran out
+    /// quietly. The watch's connection is closed at the end either way (the gateway's watch has no
+    /// cancel; the closed connection ends it).
+    pub(crate) fn watch_deletion(&self, key: &[u8], from: i64, until: Deadline) -> Result<bool> {
+        let body = json!({"create_request": {
+            "key": b64(key),
+            "start_revision": from.to_string(),
+            "filters": ["NOPUT"],
+        }})
+        .to_string();
+        let member = self.next.load(Ordering::Relaxed) % self.bases.len();
+        let response = match self.send(member, "/v3/watch", &body, until) {
+            Ok(response) => response,
+            Err(Failure::NotSent(_)) if until.is_past() => return Ok(false),
+            Err(Failure::Unknown(m)) | Err(Failure::NotSent(m)) => {
+                if until.is_past() {
+                    return Ok(false);
+                }
+                let _ = self.next.compare_exchange(
+                    member,
+                    (member + 1) % self.bases.len(),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+                return Err(Error::unavailable(
+                    format!("etcd watch: {m}"),
+                    &self.secrets,
+                ));
+            }
+            Err(Failure::Answered { code, message }) => {
+                return Err(answered(code, message).redacted(&self.secrets))
+            }
+        };
+        let reader = response.into_body().into_reader();
+        for line in std::io::BufReader::new(reader).lines() {
+            let line = match line {
+                Ok(line) => line,
+                // The slice is over (ureq's timeout), or the stream broke: look again.
+                Err(_) if until.is_past() => return Ok(false),
+                Err(e) => {
+                    return Err(Error::unavailable(
+                        format!("etcd watch: {e}"),
+                        &self.secrets,
+                    ))
+                }
+            };
+            let message: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+            if let Some(error) = message.get("error") {
+                return Err(Error::unavailable(
+                    format!(
+                        "etcd watch: {}",
+                        error["message"].as_str().unwrap_or("failed")
+                    ),
+                    &self.secrets,
+                ));
+            }
+            let result = &message["result"];
+            let compacted = number(&result["compact_revision"]).unwrap_or(0) > 0;
+            let events = result["events"].as_array().is_some_and(|e| !e.is_empty());
+            if compacted || events || result["canceled"].as_bool() == Some(true) {
+                return Ok(true);
+            }
+        }
+        // The stream ended: something changed under it (a member stopped); look again.
+        Ok(!until.is_past())
+    }
+}
+
+/// The JSON of a 200 answer, read within the deadline.
+fn read_json(
+    response: ureq::http::Response<ureq::Body>,
+    deadline: Deadline,
+    secrets: &[String],
+) -> Result<Value> {
+    let _ = deadline; // the request's global timeout covers reading its body
+    let text = response
+        .into_body()
+        .with_config()
+        .limit(16 * 1024 * 1024)
+        .read_to_string()
+        .map_err(|e| Error::unavailable(format!("etcd answer: {e}"), secrets))?;
+    serde_json::from_str(&text)
+        .map_err(|e| Error::unavailable(format!("etcd answered something not JSON: {e}"), secrets))
+}
+
+/// The error of an answer etcd gave.
+fn answered(code: i64, message: String) -> Error {
+    match code {
+        CODE_NOT_FOUND if message.contains("lease not found") => {
+            Error::Lost(format!("its etcd lease has ended ({message})"))
+        }
+        CODE_PERMISSION_DENIED | CODE_UNAUTHENTICATED | CODE_FAILED_PRECONDITION => {
+            Error::invalid(format!("etcd refused: {message}"))
+        }
+        CODE_INVALID_ARGUMENT => Error::Internal(format!("etcd refused a request: {message}")),
+        _ => Error::Unavailable(format!("etcd: {message}")),
+    }
+}
+
+fn failure_of(error: &ureq::Error) -> Failure {
+    use ureq::Timeout;
+    let text = error.to_string();
+    match error {
+        ureq::Error::ConnectionFailed | ureq::Error::HostNotFound => Failure::NotSent(text),
+        ureq::Error::Timeout(Timeout::Resolve | Timeout::Connect) => Failure::NotSent(text),
+        ureq::Error::Io(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            Failure::NotSent(text)
+        }
+        ureq::Error::Tls(_) | ureq::Error::Pem(_) | ureq::Error::Rustls(_) => Failure::Answered {
+            code: CODE_FAILED_PRECONDITION,
+            message: format!("TLS: {text}"),
+        },
+        _ => Failure::Unknown(text),
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// ureq's TLS settings from the URL's files.
+fn tls_config(tls: &TlsOptions) -> Result<ureq::tls::TlsConfig> {
+    use ureq::tls::{parse_pem, Certificate, ClientCert, PemItem, PrivateKey, RootCerts};
+    let read = |path: &std::path::Path, what: &str| {
+        std::fs::read(path).map_err(|e| {
+            Error::invalid(format!(
+                "cannot read {what} {}: {}",
+                path.display(),
+                e.kind()
+            ))
+        })
+    };
+    let mut builder = ureq::tls::TlsConfig::builder().disable_verification(tls.insecure);
+    if let Some(ca) = &tls.ca_file {
+        let pem = read(ca, "tls_ca_file")?;
+        let certs: Vec<Certificate<'static>> = parse_pem(&pem)
+            .filter_map(|item| match item {
+                Ok(PemItem::Certificate(c)) => Some(c),
+                _ => None,
+            })
+            .collect();
+        if certs.is_empty() {
+            return Err(Error::invalid(format!(
+                "tls_ca_file {} holds no PEM certificate",
+                ca.display()
+            )));
+        }
+        builder = builder.root_certs(RootCerts::new_with_certs(&certs));
+    }
+    if let (Some(cert), Some(key_file)) = (&tls.cert_file, &tls.key_file) {
+        let pem = read(cert, "tls_cert_file")?;
+        let chain: Vec<Certificate<'static>> = parse_pem(&pem)
+            .filter_map(|item| match item {
+                Ok(PemItem::Certificate(c)) => Some(c),
+                _ => None,
+            })
+            .collect();
+        let pem = read(key_file, "tls_key_file")?;
+        let key: Option<PrivateKey<'static>> = parse_pem(&pem).find_map(|item| match item {
+            Ok(PemItem::PrivateKey(k)) => Some(k),
+            _ => None,
+        });
+        let key = key.ok_or_else(|| {
+            Error::invalid(format!(
+                "tls_key_file {} holds no PEM private key",
+                key_file.display()
+            ))
+        })?;
+        if chain.is_empty() {
+            return Err(Error::invalid(format!(
+                "tls_cert_file {} holds no PEM certificate",
+                cert.display()
+            )));
+        }
+        builder = builder.client_cert(Some(ClientCert::new_with_certs(&chain, key)));
+    }
+    if tls.insecure {
+        tracing::warn!(
+            "etcds:// with tls_insecure=true: the members' certificates are not verified"
+        );
+    }
+    Ok(builder.build())
+}
+
+/// Name resolution through core's resolver, bounded by the request's own timeout.
+#[derive(Debug)]
+struct CoreResolver;
+
+impl Resolver for CoreResolver {
+    fn resolve(
+        &self,
+        uri: &ureq::http::Uri,
+        _config: &ureq::config::Config,
+        timeout: NextTimeout,
+    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
+        let host = uri.host().ok_or(ureq::Error::HostNotFound)?;
+        let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
+            Some("https") => 443,
+            _ => 80,
+        });
+        let deadline = Deadline::after(*timeout.after);
+        let addrs = leasehold_core::resolve::resolve(host, port, deadline)
+            .map_err(|_| ureq::Error::HostNotFound)?;
+        let mut resolved = self.empty();
+        for addr in addrs.into_iter().take(16) {
+            resolved.push(addr);
+        }
+        Ok(resolved)
+    }
+}
+
+pub(crate) fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+pub(crate) fn unb64(value: &Value) -> Vec<u8> {
+    value
+        .as_str()
+        .and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok())
+        .unwrap_or_default()
+}
+
+/// A 64-bit number as the gateway writes it (a string), or a plain JSON number.
+pub(crate) fn number(value: &Value) -> Option<i64> {
+    match value {
+        Value::String(s) => s.parse().ok(),
+        Value::Number(n) => n.as_i64(),
+        _ => None,
+    }
+}
+
+/// The revision in an answer's header.
+pub(crate) fn revision(answer: &Value) -> Option<i64> {
+    number(&answer["header"]["revision"])
+}
