@@ -23,12 +23,15 @@
 //!   predecessor's deletion (no herd, first come first served), cut into slices of at most 50 ms.
 //!   A newcomer's attempt is refused while anyone is queued.
 //!
-//! Shared locks, semaphores, promote/demote, the `once` and gate records are not offered yet: they
-//! are refused with `InvalidArgument`.
+//! * `once` records ([`records`]) live beside the locks, each on an etcd lease of its keep.
+//!
+//! Shared locks, semaphores and promote/demote are not offered yet: they are refused with
+//! `InvalidArgument`.
 
 pub mod fence;
 mod gateway;
 mod keys;
+mod records;
 mod waiting;
 
 use gateway::{b64, number, revision, unb64, Gateway, Retry};
@@ -463,6 +466,10 @@ impl LockBackend for EtcdBackend {
             return Err(only_exclusive(kind));
         }
         Ok(Box::new(waiting::QueueWaiter::new(self, key, ttl, end)?))
+    }
+
+    fn records(&self) -> Option<&dyn leasehold_core::records::RecordStore> {
+        Some(self)
     }
 
     fn topology(&self) -> Option<String> {

@@ -40,3 +40,10 @@ fn restore() {
 fn force_release() {
     conformance::run_force_release(&|| client("prefix=force:"));
 }
+
+#[test]
+fn records_and_once() {
+    conformance::allow_expiry_lag(EXPIRY_LAG);
+    conformance::run_records(&|| client("prefix=records:"));
+    conformance::run_once(&|| client("prefix=once:"));
+}
