@@ -289,18 +289,28 @@ impl Gateway {
         Ok(Some(token))
     }
 
-    /// Opens a watch of `key` from revision `from` (deletions only) and waits until it reports
+    /// Opens a watch of `key` (or of the range up to `range_end`) from revision `from` (deletions
+    /// only) and waits until it reports
     /// one, or `until`: `Ok(true)` when something happened (a deletion, or the history before
     /// `from` was compacted, so the caller must look again), `Ok(false)` when the time ran out
     /// quietly. The watch's connection is closed at the end either way (the gateway's watch has no
     /// cancel; the closed connection ends it).
-    pub(crate) fn watch_deletion(&self, key: &[u8], from: i64, until: Deadline) -> Result<bool> {
-        let body = json!({"create_request": {
+    pub(crate) fn watch_deletion(
+        &self,
+        key: &[u8],
+        range_end: Option<&[u8]>,
+        from: i64,
+        until: Deadline,
+    ) -> Result<bool> {
+        let mut request = json!({
             "key": b64(key),
             "start_revision": from.to_string(),
             "filters": ["NOPUT"],
-        }})
-        .to_string();
+        });
+        if let Some(end) = range_end {
+            request["range_end"] = json!(b64(end));
+        }
+        let body = json!({ "create_request": request }).to_string();
         let member = self.next.load(Ordering::Relaxed) % self.bases.len();
         let response = match self.send(member, "/v3/watch", &body, until) {
             Ok(response) => response,

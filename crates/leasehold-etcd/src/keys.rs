@@ -1,7 +1,9 @@
 //! Where a key's state lives in etcd. Every name is the URL's prefix, a word for what it holds, and
-//! the key: `{prefix}lock/{key}` for the holder, `{prefix}queue/{len}/{key}/{entry}` for its waiters
-//! (the key's length in four hex digits first, so that no key's queue range holds another key's
-//! entries, whatever bytes the keys contain).
+//! the key: `{prefix}lock/{key}` for the exclusive holder, `{prefix}shared/{len}/{key}/{token}` for
+//! each shared holder, `{prefix}queue/{len}/{key}/{token}` for its waiters, and
+//! `{prefix}permit/{len}/{key}/{slot}` for a semaphore's holders (the key's length in four hex
+//! digits first, so that no key's range holds another key's entries, whatever bytes the keys
+//! contain).
 
 use leasehold_core::Key;
 
@@ -12,9 +14,28 @@ pub(crate) fn lock(prefix: &str, key: &Key) -> Vec<u8> {
 
 /// The start of `key`'s queue: every waiter's entry begins with it.
 pub(crate) fn queue(prefix: &str, key: &Key) -> Vec<u8> {
+    ranged(prefix, "queue", key)
+}
+
+/// The start of `key`'s shared holders.
+pub(crate) fn readers(prefix: &str, key: &Key) -> Vec<u8> {
+    ranged(prefix, "shared", key)
+}
+
+/// The start of semaphore `key`'s holders.
+pub(crate) fn permits(prefix: &str, key: &Key) -> Vec<u8> {
+    ranged(prefix, "permit", key)
+}
+
+/// A semaphore's slot (zero-padded, so slots sort by number).
+pub(crate) fn slot(permits: &[u8], slot: u32) -> Vec<u8> {
+    entry(permits, &format!("{slot:05}"))
+}
+
+fn ranged(prefix: &str, what: &str, key: &Key) -> Vec<u8> {
     let mut name = named(
         prefix,
-        &format!("queue/{:04x}/", key.as_bytes().len()),
+        &format!("{what}/{:04x}/", key.as_bytes().len()),
         key.as_bytes(),
     );
     name.push(b'/');

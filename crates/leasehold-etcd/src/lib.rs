@@ -31,6 +31,7 @@
 pub mod fence;
 mod gateway;
 mod keys;
+mod kinds;
 mod records;
 mod waiting;
 
@@ -52,12 +53,40 @@ pub struct EtcdBackend {
     io_timeout: Duration,
 }
 
-/// What a lease carries: the etcd lease its key is attached to, and that lease's TTL as granted.
+/// An etcd lease: its id, and the seconds asked for (the TTL rounded up).
 #[derive(Debug, Clone, Copy)]
 struct Held {
     lease: i64,
-    /// The seconds asked for (the TTL rounded up).
     asked: i64,
+}
+
+/// What a lease carries: the etcd key it holds, that key's value, the etcd lease the key is
+/// attached to, and the revision that created the key.
+#[derive(Debug, Clone)]
+struct Holding {
+    name: Vec<u8>,
+    value: Vec<u8>,
+    held: Held,
+    created: i64,
+}
+
+impl Holding {
+    fn new(name: Vec<u8>, token: Token, held: Held, created: i64) -> Holding {
+        Holding {
+            name,
+            value: token.as_str().as_bytes().to_vec(),
+            held,
+            created,
+        }
+    }
+
+    /// The lease of this holding, of `kind`, granted for `ttl` by a request sent at `sent`.
+    fn lease(self, key: &Key, kind: LeaseKind, token: Token, ttl: Ttl, sent: Instant) -> RawLease {
+        let fence = fence::of_revision(self.created);
+        RawLease::new(key.clone(), token, fence, ttl, sent)
+            .with_kind(kind)
+            .with_state(self)
+    }
 }
 
 /// The holder's key as read: its token, etcd lease and fence.
@@ -67,15 +96,16 @@ struct Holder {
     fence: u64,
 }
 
-/// What one attempt at the holder's key found.
+/// What one attempt at a lock found.
 pub(crate) enum Take {
-    /// The key is ours; its fence.
-    Granted(u64),
-    /// Held, or someone queued first: the answer's revision, and the queue's entries (keys) in
-    /// the order they came.
+    /// The key is ours: the revision that wrote it.
+    Granted(i64),
+    /// Held, or someone queued first: the answer's revision, the queue's entries (keys and
+    /// revisions) in the order they came, and whether an exclusive holder has the key.
     Refused {
         revision: i64,
         queue: Vec<(Vec<u8>, i64)>,
+        exclusive_held: bool,
     },
 }
 
@@ -157,16 +187,27 @@ impl EtcdBackend {
         );
     }
 
-    /// One attempt at `key`'s holder key for `token` on the etcd lease `held`.
+    /// The etcd key a lock lease of `kind` (exclusive or shared) with `token` holds.
+    pub(crate) fn lock_name(&self, key: &Key, kind: LeaseKind, token: Token) -> Vec<u8> {
+        match kind {
+            LeaseKind::Shared => keys::entry(&keys::readers(&self.prefix, key), token.as_str()),
+            _ => keys::lock(&self.prefix, key),
+        }
+    }
+
+    /// One attempt at `key` as a lock of `kind` (exclusive: no holder of either kind; shared: no
+    /// exclusive holder) for `token` on the etcd lease `held`.
     pub(crate) fn take(
         &self,
         key: &Key,
+        kind: LeaseKind,
         token: Token,
         held: Held,
         who: Who<'_>,
         deadline: Deadline,
     ) -> Result<Take> {
         let lock = keys::lock(&self.prefix, key);
+        let name = self.lock_name(key, kind, token);
         let queue = keys::queue(&self.prefix, key);
         let queue_end = keys::range_end(&queue);
         let line = match who {
@@ -178,29 +219,39 @@ impl EtcdBackend {
                 "range_end": b64(&queue_end), "target": "CREATE", "result": "GREATER",
                 "create_revision": (revision - 1).to_string()}),
         };
-        let mut success = vec![json!({"request_put": {"key": b64(&lock),
+        let mut compare = vec![
+            json!({"key": b64(&lock), "target": "CREATE", "result": "EQUAL",
+                "create_revision": "0"}),
+            line,
+        ];
+        if kind == LeaseKind::Exclusive {
+            let readers = keys::readers(&self.prefix, key);
+            compare.push(
+                json!({"key": b64(&readers), "range_end": b64(&keys::range_end(&readers)),
+                "target": "CREATE", "result": "EQUAL", "create_revision": "0"}),
+            );
+        }
+        let mut success = vec![json!({"request_put": {"key": b64(&name),
             "value": b64(token.as_str().as_bytes()), "lease": held.lease.to_string()}})];
         if let Who::Queued { entry, .. } = who {
             success.push(json!({"request_delete_range": {"key": b64(entry)}}));
         }
         let txn = json!({
-            "compare": [
-                {"key": b64(&lock), "target": "CREATE", "result": "EQUAL", "create_revision": "0"},
-                line,
-            ],
+            "compare": compare,
             "success": success,
             "failure": [
-                {"request_range": {"key": b64(&lock)}},
+                {"request_range": {"key": b64(&name)}},
                 {"request_range": {"key": b64(&queue), "range_end": b64(&queue_end),
                     "keys_only": true, "sort_order": "ASCEND", "sort_target": "CREATE"}},
+                {"request_range": {"key": b64(&lock), "keys_only": true}},
             ],
         });
-        // Sent again after an answer that never came, the transaction tells: the holder's key
-        // with our token is a grant of the first send.
+        // Sent again after an answer that never came, the transaction tells: our key with our
+        // token on our etcd lease is a grant of the first send.
         let answer = self.call("/v3/kv/txn", txn, Retry::Safe, deadline)?;
         let revision = revision(&answer).unwrap_or(0);
         if answer["succeeded"].as_bool() == Some(true) {
-            return Ok(Take::Granted(fence::of_revision(revision)));
+            return Ok(Take::Granted(revision));
         }
         let responses = answer["responses"].as_array().cloned().unwrap_or_default();
         let kvs = |i: usize| -> Vec<Value> {
@@ -209,12 +260,13 @@ impl EtcdBackend {
                 .and_then(|r| r["response_range"]["kvs"].as_array().cloned())
                 .unwrap_or_default()
         };
-        if let Some(holder) = kvs(0).first() {
-            if unb64(&holder["value"]) == token.as_str().as_bytes()
-                && number(&holder["lease"]) == Some(held.lease)
+        if let Some(mine) = kvs(0).first() {
+            if unb64(&mine["value"]) == token.as_str().as_bytes()
+                && number(&mine["lease"]) == Some(held.lease)
             {
-                let created = number(&holder["create_revision"]).unwrap_or(revision);
-                return Ok(Take::Granted(fence::of_revision(created)));
+                return Ok(Take::Granted(
+                    number(&mine["create_revision"]).unwrap_or(revision),
+                ));
             }
         }
         let queue = kvs(1)
@@ -226,7 +278,35 @@ impl EtcdBackend {
                 )
             })
             .collect();
-        Ok(Take::Refused { revision, queue })
+        Ok(Take::Refused {
+            revision,
+            queue,
+            exclusive_held: !kvs(2).is_empty(),
+        })
+    }
+
+    /// One attempt at a lock of `kind`, as a newcomer.
+    fn try_lock(&self, key: &Key, kind: LeaseKind, ttl: Ttl) -> Result<RawLease> {
+        let deadline = self.call_deadline();
+        let token = Token::generate()?;
+        let sent = Instant::now();
+        let held = self.grant(ttl, deadline)?;
+        match self.take(key, kind, token, held, Who::Newcomer, deadline) {
+            Ok(Take::Granted(created)) => {
+                let name = self.lock_name(key, kind, token);
+                let holding = Holding::new(name, token, held, created);
+                Ok(holding.lease(key, kind, token, ttl, sent))
+            }
+            Ok(Take::Refused { .. }) => {
+                self.revoke(held.lease, deadline);
+                Err(wait::held_elsewhere(key))
+            }
+            Err(error) => {
+                // Whatever the transaction did, revoking the etcd lease undoes it.
+                self.revoke(held.lease, deadline);
+                Err(error)
+            }
+        }
     }
 
     /// The holder's key of `key`, read linearizably.
@@ -278,11 +358,8 @@ fn not_ours(key: &Key) -> Error {
     Error::Lost(format!("key \"{key}\" is not held by this lease any more"))
 }
 
-fn only_exclusive(kind: LeaseKind) -> Error {
-    Error::invalid(format!(
-        "the etcd backend does not offer {} leases yet (exclusive leases only)",
-        kind.name()
-    ))
+fn no_state() -> Error {
+    Error::Internal("an etcd lease without its state".into())
 }
 
 impl LockBackend for EtcdBackend {
@@ -291,47 +368,27 @@ impl LockBackend for EtcdBackend {
     }
 
     fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<RawLease> {
-        let deadline = self.call_deadline();
-        let token = Token::generate()?;
-        let sent = Instant::now();
-        let held = self.grant(ttl, deadline)?;
-        match self.take(key, token, held, Who::Newcomer, deadline) {
-            Ok(Take::Granted(fence)) => {
-                Ok(RawLease::new(key.clone(), token, fence, ttl, sent).with_state(held))
-            }
-            Ok(Take::Refused { .. }) => {
-                self.revoke(held.lease, deadline);
-                Err(wait::held_elsewhere(key))
-            }
-            Err(error) => {
-                // Whatever the transaction did, revoking the etcd lease undoes it.
-                self.revoke(held.lease, deadline);
-                Err(error)
-            }
-        }
+        self.try_lock(key, LeaseKind::Exclusive, ttl)
     }
 
     fn try_acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl) -> Result<RawLease> {
         match kind {
-            LeaseKind::Exclusive => self.try_acquire(key, ttl),
-            other => Err(only_exclusive(other)),
+            LeaseKind::Permit(permits) => self.try_permit(key, permits.get(), ttl),
+            kind => self.try_lock(key, kind, ttl),
         }
     }
 
     fn release(&self, lease: &mut RawLease) -> Result<()> {
         let deadline = self.call_deadline();
-        let held = *lease
-            .state_mut::<Held>()
-            .ok_or_else(|| Error::Internal("an etcd lease without its state".into()))?;
-        let lock = keys::lock(&self.prefix, lease.key());
+        let holding = lease.state_mut::<Holding>().ok_or_else(no_state)?.clone();
         let txn = json!({
-            "compare": [{"key": b64(&lock), "target": "VALUE", "result": "EQUAL",
-                "value": b64(lease.token().as_str().as_bytes())}],
-            "success": [{"request_delete_range": {"key": b64(&lock)}}],
+            "compare": [{"key": b64(&holding.name), "target": "VALUE", "result": "EQUAL",
+                "value": b64(&holding.value)}],
+            "success": [{"request_delete_range": {"key": b64(&holding.name)}}],
         });
         let answer = self.call("/v3/kv/txn", txn, Retry::Once, deadline);
         // The etcd lease goes either way: nothing of ours is left on it.
-        self.revoke(held.lease, deadline);
+        self.revoke(holding.held.lease, deadline);
         match answer?["succeeded"].as_bool() {
             Some(true) => Ok(()),
             _ => Err(not_ours(lease.key())),
@@ -340,11 +397,9 @@ impl LockBackend for EtcdBackend {
 
     fn extend(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
         let deadline = self.call_deadline();
-        let held = *lease
-            .state_mut::<Held>()
-            .ok_or_else(|| Error::Internal("an etcd lease without its state".into()))?;
-        let lock = keys::lock(&self.prefix, lease.key());
-        let token = b64(lease.token().as_str().as_bytes());
+        let holding = lease.state_mut::<Holding>().ok_or_else(no_state)?.clone();
+        let (name, value) = (b64(&holding.name), b64(&holding.value));
+        let held = holding.held;
         let sent = Instant::now();
         if seconds(ttl) == held.asked {
             // The same etcd lease will do: renew it, then make sure our key is still on it.
@@ -354,8 +409,8 @@ impl LockBackend for EtcdBackend {
             }
             let txn = json!({
                 "compare": [
-                    {"key": b64(&lock), "target": "VALUE", "result": "EQUAL", "value": token},
-                    {"key": b64(&lock), "target": "LEASE", "result": "EQUAL",
+                    {"key": name, "target": "VALUE", "result": "EQUAL", "value": value},
+                    {"key": name, "target": "LEASE", "result": "EQUAL",
                         "lease": held.lease.to_string()},
                 ],
             });
@@ -370,16 +425,16 @@ impl LockBackend for EtcdBackend {
         // compares the token (its create_revision, and so the fence, stays).
         let fresh = self.grant(ttl, deadline)?;
         let txn = json!({
-            "compare": [{"key": b64(&lock), "target": "VALUE", "result": "EQUAL", "value": token}],
-            "success": [{"request_put": {"key": b64(&lock), "value": token,
+            "compare": [{"key": name, "target": "VALUE", "result": "EQUAL", "value": value}],
+            "success": [{"request_put": {"key": name, "value": value,
                 "lease": fresh.lease.to_string()}}],
         });
         let moved = match self.call("/v3/kv/txn", txn, Retry::Safe, deadline) {
             Ok(answer) => answer["succeeded"].as_bool() == Some(true),
             Err(error) => {
-                // Unknown: the key may be on either lease now; the new one stays ours to
-                // release, the lease is relied on no more (core expires it).
-                lease.state = Some(Box::new(fresh));
+                // Unknown: the key may be on either etcd lease now. Both end: the lease is
+                // relied on no more (core expires it), and what it held goes with them.
+                self.revoke(fresh.lease, deadline);
                 self.revoke(held.lease, deadline);
                 return Err(error);
             }
@@ -388,26 +443,46 @@ impl LockBackend for EtcdBackend {
             self.revoke(fresh.lease, deadline);
             return Err(not_ours(lease.key()));
         }
-        lease.state = Some(Box::new(fresh));
+        lease.state = Some(Box::new(Holding {
+            held: fresh,
+            ..holding
+        }));
         self.revoke(held.lease, deadline);
         lease.renewed(ttl, sent);
         Ok(())
     }
 
+    fn try_promote(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        kinds::try_promote(self, lease, ttl)
+    }
+
+    fn demote(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        kinds::demote(self, lease, ttl)
+    }
+
     fn inspect(&self, key: &Key) -> Result<KeyInfo> {
         let deadline = self.call_deadline();
-        let Some(holder) = self.holder(key, deadline)? else {
+        if let Some(holder) = self.holder(key, deadline)? {
+            let left = self
+                .time_left(holder.lease, deadline)?
+                .map(|(left, _)| left);
+            return Ok(KeyInfo::new(true, left, Some(holder.fence)).with_holders(1, false));
+        }
+        let readers = kinds::count(self, &keys::readers(&self.prefix, key), deadline)?;
+        if readers.holders == 0 {
             return Ok(KeyInfo::new(false, None, None));
-        };
-        let left = self
-            .time_left(holder.lease, deadline)?
-            .map(|(left, _)| left);
-        Ok(KeyInfo::new(true, left, Some(holder.fence)).with_holders(1, false))
+        }
+        Ok(KeyInfo::new(true, None, readers.fence).with_holders(readers.holders, true))
     }
 
     fn inspect_as(&self, key: &Key, kind: LeaseKind) -> Result<KeyInfo> {
         match kind {
-            LeaseKind::Permit(_) => Err(only_exclusive(kind)),
+            LeaseKind::Permit(_) => {
+                let deadline = self.call_deadline();
+                let permits = kinds::count(self, &keys::permits(&self.prefix, key), deadline)?;
+                Ok(KeyInfo::new(permits.holders > 0, None, permits.fence)
+                    .with_holders(permits.holders, false))
+            }
             _ => self.inspect(key),
         }
     }
@@ -425,29 +500,40 @@ impl LockBackend for EtcdBackend {
         let Some((left, granted)) = self.time_left(holder.lease, deadline)? else {
             return Err(lost());
         };
-        let held = Held {
-            lease: holder.lease,
-            asked: granted,
+        let holding = Holding {
+            name: keys::lock(&self.prefix, key),
+            value: holder.token,
+            held: Held {
+                lease: holder.lease,
+                asked: granted,
+            },
+            created: i64::try_from(holder.fence - fence::BASE).unwrap_or(0),
         };
-        Ok(RawLease::restored(key.clone(), token, holder.fence, left, sent).with_state(held))
+        Ok(RawLease::restored(key.clone(), token, holder.fence, left, sent).with_state(holding))
     }
 
     fn force_release(&self, key: &Key) -> Result<bool> {
         let deadline = self.call_deadline();
         let lock = keys::lock(&self.prefix, key);
-        let answer = self.call(
-            "/v3/kv/deleterange",
-            json!({"key": b64(&lock), "prev_kv": true}),
-            Retry::Once,
-            deadline,
-        )?;
-        let deleted = number(&answer["deleted"]).unwrap_or(0) > 0;
-        if let Some(lease) = answer["prev_kvs"]
-            .as_array()
-            .and_then(|kvs| kvs.first())
-            .and_then(|kv| number(&kv["lease"]))
-        {
-            self.revoke(lease, deadline);
+        let readers = keys::readers(&self.prefix, key);
+        // The exclusive holder and every shared one, in one transaction.
+        let txn = json!({
+            "success": [
+                {"request_delete_range": {"key": b64(&lock), "prev_kv": true}},
+                {"request_delete_range": {"key": b64(&readers),
+                    "range_end": b64(&keys::range_end(&readers)), "prev_kv": true}},
+            ],
+        });
+        let answer = self.call("/v3/kv/txn", txn, Retry::Once, deadline)?;
+        let mut deleted = false;
+        for response in answer["responses"].as_array().into_iter().flatten() {
+            let gone = &response["response_delete_range"];
+            deleted |= number(&gone["deleted"]).unwrap_or(0) > 0;
+            for kv in gone["prev_kvs"].as_array().into_iter().flatten() {
+                if let Some(lease) = number(&kv["lease"]).filter(|l| *l != 0) {
+                    self.revoke(lease, deadline);
+                }
+            }
         }
         if deleted {
             tracing::warn!(%key, "etcd: forced release");
@@ -462,10 +548,13 @@ impl LockBackend for EtcdBackend {
         ttl: Ttl,
         end: Instant,
     ) -> Result<Box<dyn Waiter + 'a>> {
-        if kind != LeaseKind::Exclusive {
-            return Err(only_exclusive(kind));
+        match kind {
+            // Semaphores poll: a permit frees no particular waiter's turn.
+            LeaseKind::Permit(_) => Ok(Box::new(wait::Polling::new(self, key, kind, ttl, end))),
+            kind => Ok(Box::new(waiting::QueueWaiter::new(
+                self, key, kind, ttl, end,
+            )?)),
         }
-        Ok(Box::new(waiting::QueueWaiter::new(self, key, ttl, end)?))
     }
 
     fn records(&self) -> Option<&dyn leasehold_core::records::RecordStore> {

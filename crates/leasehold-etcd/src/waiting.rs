@@ -17,9 +17,9 @@
 //! The holder's etcd lease is granted at the first attempt and renewed before each later one, so
 //! a grant is valid from the send of that renewal.
 
-use crate::{EtcdBackend, Held, Take, Who};
+use crate::{EtcdBackend, Held, Holding, Take, Who};
 use leasehold_core::wait::{Turn, Waiter, Wake, Woken};
-use leasehold_core::{Deadline, Error, Key, RawLease, Result, Token, Ttl};
+use leasehold_core::{Deadline, Error, Key, LeaseKind, RawLease, Result, Token, Ttl};
 use std::time::{Duration, Instant};
 
 /// The TTL of a waiter's place: a dead waiter is out of the line this long after its last attempt
@@ -42,6 +42,7 @@ struct Place {
 pub(crate) struct QueueWaiter<'a> {
     backend: &'a EtcdBackend,
     key: &'a Key,
+    kind: LeaseKind,
     ttl: Ttl,
     token: Token,
     /// The whole wait's bound: its end plus one connect and I/O.
@@ -49,20 +50,22 @@ pub(crate) struct QueueWaiter<'a> {
     /// The etcd lease a grant will be attached to, and when its grant or last renewal was sent.
     held: Option<(Held, Instant)>,
     place: Option<Place>,
-    /// What to watch for a deletion, and from which revision.
-    watch: Option<(Vec<u8>, i64)>,
+    /// What to watch for a deletion (a key, or a range), and from which revision.
+    watch: Option<(Vec<u8>, Option<Vec<u8>>, i64)>,
 }
 
 impl<'a> QueueWaiter<'a> {
     pub(crate) fn new(
         backend: &'a EtcdBackend,
         key: &'a Key,
+        kind: LeaseKind,
         ttl: Ttl,
         end: Instant,
     ) -> Result<Self> {
         Ok(QueueWaiter {
             backend,
             key,
+            kind,
             ttl,
             token: Token::generate()?,
             deadline: Deadline::for_acquire_until(end, backend.connect_timeout, backend.io_timeout),
@@ -170,17 +173,23 @@ impl Waiter for QueueWaiter<'_> {
         };
         match self
             .backend
-            .take(self.key, self.token, held, who, self.deadline)?
+            .take(self.key, self.kind, self.token, held, who, self.deadline)?
         {
-            Take::Granted(fence) => {
+            Take::Granted(created) => {
                 self.held = None;
                 // The place's entry left with the grant; its etcd lease ends by itself soon
                 // (revoking it would cost the new holder a round trip).
                 self.place = None;
-                let lease = RawLease::new(self.key.clone(), self.token, fence, self.ttl, sent);
-                Ok(Turn::Granted(lease.with_state(held)))
+                let name = self.backend.lock_name(self.key, self.kind, self.token);
+                let holding = Holding::new(name, self.token, held, created);
+                let lease = holding.lease(self.key, self.kind, self.token, self.ttl, sent);
+                Ok(Turn::Granted(lease))
             }
-            Take::Refused { revision, queue } => {
+            Take::Refused {
+                revision,
+                queue,
+                exclusive_held,
+            } => {
                 if last {
                     self.leave();
                     return Ok(Turn::NotYet { holder_left: None });
@@ -190,15 +199,23 @@ impl Waiter for QueueWaiter<'_> {
                 }
                 let mine = self.place.as_ref().map_or(i64::MAX, |p| p.revision);
                 // The entry just before ours, as the attempt saw the queue; none: we are next,
-                // and wait for the holder's key to go.
+                // and wait for the exclusive holder's key to go, or, for a writer that only
+                // shared holders keep out, for any of them to go.
                 let before = queue
                     .into_iter()
                     .filter(|(_, created)| *created < mine)
                     .max_by_key(|(_, created)| *created)
                     .map(|(key, _)| key);
-                let watched =
-                    before.unwrap_or_else(|| crate::keys::lock(&self.backend.prefix, self.key));
-                self.watch = Some((watched, revision + 1));
+                let prefix = &self.backend.prefix;
+                self.watch = Some(match before {
+                    Some(entry) => (entry, None, revision + 1),
+                    None if self.kind == LeaseKind::Exclusive && !exclusive_held => {
+                        let readers = crate::keys::readers(prefix, self.key);
+                        let end = crate::keys::range_end(&readers);
+                        (readers, Some(end), revision + 1)
+                    }
+                    None => (crate::keys::lock(prefix, self.key), None, revision + 1),
+                });
                 Ok(Turn::NotYet { holder_left: None })
             }
         }
@@ -206,11 +223,15 @@ impl Waiter for QueueWaiter<'_> {
 
     fn block(&mut self, wake: Wake) -> Result<Woken> {
         let until = Deadline::at(wake.until).min(self.deadline);
-        let Some((key, from)) = &self.watch else {
+        let Some((key, end, from)) = &self.watch else {
             std::thread::sleep(until.remaining());
             return Ok(Woken::Quiet);
         };
-        match self.backend.gateway.watch_deletion(key, *from, until) {
+        match self
+            .backend
+            .gateway
+            .watch_deletion(key, end.as_deref(), *from, until)
+        {
             Ok(true) => Ok(Woken::Attempt),
             Ok(false) => Ok(Woken::Quiet),
             Err(Error::Unavailable(_)) => {

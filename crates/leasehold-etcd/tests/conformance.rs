@@ -47,3 +47,23 @@ fn records_and_once() {
     conformance::run_records(&|| client("prefix=records:"));
     conformance::run_once(&|| client("prefix=once:"));
 }
+
+#[test]
+fn shared() {
+    conformance::allow_expiry_lag(EXPIRY_LAG);
+    conformance::run_shared(&|| client("prefix=shared:"));
+}
+
+#[test]
+fn promote_and_demote() {
+    conformance::allow_expiry_lag(EXPIRY_LAG);
+    conformance::run_promote(&|| client("prefix=promote:"));
+}
+
+#[test]
+fn semaphores() {
+    conformance::allow_expiry_lag(EXPIRY_LAG);
+    conformance::run_semaphore(&|| client("prefix=semaphore:"));
+    conformance::run_semaphore_size(&|| client("prefix=semaphore-size:"));
+    conformance::semaphore_limit(&client("prefix=semaphore-limit:"), 3, 6, 10);
+}
