@@ -1,0 +1,171 @@
+//! etcd's own faults, on clusters of the test's own: the leader killed and started again while
+//! workers contend, a member paused (SIGSTOP), a majority stopped. Calls stay bounded, a member
+//! that cannot serve is passed over, no two holders ever overlap, and fences keep rising across
+//! every leader change.
+
+use leasehold_core::{Client, Config, ErrorKind};
+use leasehold_etcd::EtcdBackend;
+use leasehold_testkit::EtcdCluster;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const CONNECT_MS: u64 = 500;
+const IO_MS: u64 = 2000;
+
+/// A call's bound (connect + I/O) and room for a loaded machine.
+const BOUND: Duration = Duration::from_millis(CONNECT_MS + IO_MS + 1500);
+
+fn client(cluster: &EtcdCluster) -> Client {
+    let url = cluster.url_with(&format!(
+        "connect_timeout_ms={CONNECT_MS}&io_timeout_ms={IO_MS}&prefix=faults:"
+    ));
+    Client::new(EtcdBackend::connect(&Config::parse(&url).unwrap()).unwrap())
+}
+
+#[test]
+fn leader_killed_and_restarted_while_workers_contend() {
+    let mut cluster = EtcdCluster::start();
+    let key = leasehold_testkit::unique_key("leader-kill");
+    let stop = Arc::new(AtomicBool::new(false));
+    let inside = Arc::new(AtomicBool::new(false));
+    // The fence of every grant, in the order the critical sections ran.
+    let fences = Arc::new(Mutex::new(Vec::<u64>::new()));
+    let unavailable = Arc::new(AtomicU64::new(0));
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            let (client, key) = (client(&cluster), key.clone());
+            let (stop, inside, fences, unavailable) = (
+                stop.clone(),
+                inside.clone(),
+                fences.clone(),
+                unavailable.clone(),
+            );
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    let asked = Instant::now();
+                    let wait = Duration::from_secs(3);
+                    match client.acquire(&key, Duration::from_secs(2), wait) {
+                        Ok(lease) => {
+                            assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                            fences.lock().unwrap().push(lease.fence());
+                            std::thread::sleep(Duration::from_millis(5));
+                            inside.store(false, Ordering::SeqCst);
+                            let released = Instant::now();
+                            match lease.release() {
+                                Ok(()) => {}
+                                Err(e) => {
+                                    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+                                    unavailable.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
+                            assert!(released.elapsed() < BOUND, "release took too long");
+                        }
+                        Err(e) => {
+                            assert!(
+                                matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::NotAcquired),
+                                "{e}"
+                            );
+                            if e.kind() == ErrorKind::Unavailable {
+                                unavailable.fetch_add(1, Ordering::Relaxed);
+                            }
+                            assert!(asked.elapsed() < wait + BOUND, "acquire took too long");
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    let grants = |fences: &Mutex<Vec<u64>>| fences.lock().unwrap().len();
+    std::thread::sleep(Duration::from_secs(1));
+    for round in 0..2 {
+        let leader = cluster.leader().expect("a leader");
+        let before = grants(&fences);
+        cluster.kill(leader);
+        eprintln!("round {round}: killed the leader, member {leader}");
+        std::thread::sleep(Duration::from_secs(4));
+        cluster.start_again(leader);
+        cluster.wait_healthy(Duration::from_secs(30));
+        // A holder whose release was lost in the outage keeps the key until its etcd lease ends
+        // (a new leader gives every lease its whole TTL again): 2 s, and the expiry check.
+        assert!(
+            leasehold_testkit::wait_until(Duration::from_secs(15), || grants(&fences) > before),
+            "no grant since the leader was killed"
+        );
+    }
+    stop.store(true, Ordering::SeqCst);
+    for w in workers {
+        w.join().expect("worker");
+    }
+    let fences = fences.lock().unwrap();
+    eprintln!(
+        "{} grants, {} calls unavailable",
+        fences.len(),
+        unavailable.load(Ordering::Relaxed)
+    );
+    assert!(
+        fences.windows(2).all(|w| w[1] > w[0]),
+        "fences rise across leader changes"
+    );
+}
+
+#[test]
+fn a_paused_member_is_passed_over_in_bounded_time() {
+    let cluster = EtcdCluster::start();
+    let client = client(&cluster);
+    let key = leasehold_testkit::unique_key("paused");
+    // The client talks to the first member first.
+    client
+        .try_acquire(&key, Duration::from_secs(30))
+        .unwrap()
+        .release()
+        .unwrap();
+    cluster.pause(0);
+    let mut ok = 0;
+    for _ in 0..4 {
+        let asked = Instant::now();
+        match client.try_acquire(&key, Duration::from_secs(30)) {
+            Ok(lease) => {
+                ok += 1;
+                lease.release().unwrap();
+            }
+            Err(e) => assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}"),
+        }
+        assert!(asked.elapsed() < BOUND, "took {:?}", asked.elapsed());
+    }
+    cluster.resume(0);
+    assert!(ok >= 3, "the other members served: {ok} of 4");
+}
+
+#[test]
+fn a_majority_stopped_grants_nothing_and_answers_in_time() {
+    let mut cluster = EtcdCluster::start();
+    let client = client(&cluster);
+    let key = leasehold_testkit::unique_key("majority");
+    let held = client.try_acquire(&key, Duration::from_secs(60)).unwrap();
+    let fence = held.fence();
+    cluster.kill(1);
+    cluster.kill(2);
+    for _ in 0..2 {
+        let asked = Instant::now();
+        let e = client
+            .try_acquire(
+                leasehold_testkit::unique_key("majority-other"),
+                Duration::from_secs(5),
+            )
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+        assert!(asked.elapsed() < BOUND, "took {:?}", asked.elapsed());
+    }
+    cluster.start_again(1);
+    cluster.start_again(2);
+    cluster.wait_healthy(Duration::from_secs(30));
+    // The lease outlived the outage (etcd renews every lease on a new leader).
+    let mut held = held;
+    held.extend(Duration::from_secs(60))
+        .expect("the lease survived");
+    held.release().unwrap();
+    let next = client.try_acquire(&key, Duration::from_secs(5)).unwrap();
+    assert!(next.fence() > fence);
+    next.release().unwrap();
+}
