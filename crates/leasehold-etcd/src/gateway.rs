@@ -275,7 +275,17 @@ impl Gateway {
             return Ok(Some(token));
         }
         let body = json!({"name": user, "password": password.expose()}).to_string();
-        let response = self.post(member, "/v3/auth/authenticate", &body, None, deadline)?;
+        // A refused login (etcd says "invalid argument" for a wrong password) is the
+        // credentials' fault, whatever the code.
+        let response = self
+            .post(member, "/v3/auth/authenticate", &body, None, deadline)
+            .map_err(|failure| match failure {
+                Failure::Answered { message, .. } => Failure::Answered {
+                    code: CODE_UNAUTHENTICATED,
+                    message,
+                },
+                other => other,
+            })?;
         let answer = read_json(response, deadline, &self.secrets)
             .map_err(|e| Failure::Unknown(e.to_string()))?;
         let token = answer["token"]
@@ -394,6 +404,13 @@ fn answered(code: i64, message: String) -> Error {
         }
         CODE_PERMISSION_DENIED | CODE_UNAUTHENTICATED | CODE_FAILED_PRECONDITION => {
             Error::invalid(format!("etcd refused: {message}"))
+        }
+        // etcd answers a request without credentials, on a cluster that wants them, with
+        // "invalid argument: user name is empty".
+        CODE_INVALID_ARGUMENT if message.contains("user name") || message.contains("auth") => {
+            Error::invalid(format!(
+                "etcd refused: {message} (give user:password@ in the URL)"
+            ))
         }
         CODE_INVALID_ARGUMENT => Error::Internal(format!("etcd refused a request: {message}")),
         _ => Error::Unavailable(format!("etcd: {message}")),

@@ -19,6 +19,18 @@ pub struct EtcdCluster {
     dir: TempDir,
     token: String,
     members: Vec<EtcdMember>,
+    tls: Option<EtcdTls>,
+}
+
+/// TLS on the members' client listeners (`etcds://`): PEM files of the members' certificate and
+/// key, and of the CA that signs client certificates. Peers talk plain text among themselves.
+#[derive(Debug, Clone)]
+pub struct EtcdTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
+    /// Clients must present a certificate signed by `ca` (`--client-cert-auth`).
+    pub client_cert_auth: bool,
 }
 
 /// One member of an [`EtcdCluster`].
@@ -27,6 +39,8 @@ pub struct EtcdMember {
     name: String,
     client_port: u16,
     peer_port: u16,
+    /// Plain HTTP `/health` (and `/metrics`), whatever the client listener speaks.
+    metrics_port: u16,
     child: Option<Child>,
 }
 
@@ -70,6 +84,11 @@ impl EtcdCluster {
 
     /// Starts a cluster of `members` and waits until every member answers with a leader.
     pub fn start_with(members: usize) -> EtcdCluster {
+        EtcdCluster::start_tls(members, None)
+    }
+
+    /// Starts a cluster of `members` whose client listeners speak TLS when `tls` is given.
+    pub fn start_tls(members: usize, tls: Option<EtcdTls>) -> EtcdCluster {
         assert!(members >= 1, "an etcd cluster needs a member");
         let base = crate::mariadb::data_base();
         crate::mariadb::remove_stale_dirs(&base, "etcd");
@@ -79,6 +98,7 @@ impl EtcdCluster {
                 name: format!("m{i}"),
                 client_port: free_port(),
                 peer_port: free_port(),
+                metrics_port: free_port(),
                 child: None,
             })
             .collect();
@@ -86,6 +106,7 @@ impl EtcdCluster {
             token: crate::unique_key("etcd").replace(':', "-"),
             dir,
             members,
+            tls,
         };
         for i in 0..cluster.members.len() {
             cluster.spawn(i, "new");
@@ -111,7 +132,8 @@ impl EtcdCluster {
         let member = &self.members[i];
         let data = self.dir.path().join(&member.name);
         let log = self.dir.path().join(format!("{}.log", member.name));
-        let client = format!("http://127.0.0.1:{}", member.client_port);
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let client = format!("{scheme}://127.0.0.1:{}", member.client_port);
         let mut cmd = Command::new(binary());
         cmd.arg(format!("--name={}", member.name))
             .arg(format!("--data-dir={}", data.display()))
@@ -133,24 +155,34 @@ impl EtcdCluster {
                 "--log-level=warn",
             ])
             .arg(format!("--log-outputs={}", log.display()))
+            .arg(format!(
+                "--listen-metrics-urls=http://127.0.0.1:{}",
+                member.metrics_port
+            ))
             // The Debian package's defaults file is not read by a plain `etcd`, but the
             // environment is: keep a stray ETCD_* variable from changing the cluster.
-            .env_clear()
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .env_clear();
+        if let Some(tls) = &self.tls {
+            cmd.arg(format!("--cert-file={}", tls.cert.display()))
+                .arg(format!("--key-file={}", tls.key.display()))
+                .arg(format!("--trusted-ca-file={}", tls.ca.display()));
+            if tls.client_cert_auth {
+                cmd.arg("--client-cert-auth");
+            }
+        }
+        cmd.stdout(Stdio::null()).stderr(Stdio::null());
         let child = crate::spawn_for_process(cmd, libc::SIGKILL)
             .unwrap_or_else(|e| panic!("cannot start etcd ({e}); install etcd-server"));
         self.members[i].child = Some(child);
     }
 
-    /// Waits until every running member answers a linearizable read (so a leader is elected and
-    /// it is in touch with it).
+    /// Waits until every running member says it is healthy (it has a leader and serves reads).
     pub fn wait_healthy(&self, limit: Duration) -> bool {
         let up = wait_until(limit, || {
-            self.members
-                .iter()
-                .filter(|m| m.is_running())
-                .all(|m| post(m.client_port, "/v3/kv/range", r#"{"key":"AA=="}"#).is_ok())
+            self.members.iter().filter(|m| m.is_running()).all(|m| {
+                request(m.metrics_port, "GET", "/health", "")
+                    .is_ok_and(|body| body.contains("\"health\":\"true\""))
+            })
         });
         assert!(up, "the etcd cluster did not come up: {}", self.logs());
         up
@@ -192,12 +224,39 @@ impl EtcdCluster {
         self.url_with("")
     }
 
-    /// [`EtcdCluster::url`] with a query string (`""` for none).
+    /// [`EtcdCluster::url`] with a query string (`""` for none); `etcds://` for a TLS cluster.
     pub fn url_with(&self, query: &str) -> String {
+        let scheme = if self.tls.is_some() { "etcds" } else { "etcd" };
         if query.is_empty() {
-            format!("etcd://{}", self.hosts())
+            format!("{scheme}://{}", self.hosts())
         } else {
-            format!("etcd://{}?{query}", self.hosts())
+            format!("{scheme}://{}?{query}", self.hosts())
+        }
+    }
+
+    /// Turns on etcd's authentication with a `root` user of `password` (the only user; it may do
+    /// everything). Plain-text clusters only; the test kit's own requests (`leader`, `revision`,
+    /// `request`) are refused from then on.
+    pub fn enable_auth(&self, password: &str) {
+        let port = self
+            .members
+            .iter()
+            .find(|m| m.is_running())
+            .expect("a member")
+            .client_port;
+        for (path, body) in [
+            ("/v3/auth/role/add", r#"{"name":"root"}"#.to_owned()),
+            (
+                "/v3/auth/user/add",
+                format!(r#"{{"name":"root","password":"{password}"}}"#),
+            ),
+            (
+                "/v3/auth/user/grant",
+                r#"{"user":"root","role":"root"}"#.to_owned(),
+            ),
+            ("/v3/auth/enable", "{}".to_owned()),
+        ] {
+            post(port, path, &body).unwrap_or_else(|e| panic!("etcd {path}: {e}"));
         }
     }
 
@@ -292,16 +351,21 @@ impl Drop for EtcdCluster {
     }
 }
 
-/// A POST to a gateway with a bound of its own (5 s). HTTP/1.0, so the answer comes whole (no
-/// chunks) and the connection closes after it.
+/// A POST to a gateway with a bound of its own (5 s).
 fn post(port: u16, path: &str, body: &str) -> Result<String, String> {
+    request(port, "POST", path, body)
+}
+
+/// One request with a bound of its own (5 s). HTTP/1.0, so the answer comes whole (no chunks) and
+/// the connection closes after it.
+fn request(port: u16, method: &str, path: &str, body: &str) -> Result<String, String> {
     let limit = Duration::from_secs(5);
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let mut stream = TcpStream::connect_timeout(&addr, limit).map_err(|e| e.to_string())?;
     stream.set_read_timeout(Some(limit)).ok();
     stream.set_write_timeout(Some(limit)).ok();
     let request = format!(
-        "POST {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n\
+        "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n\
          Content-Length: {}\r\n\r\n{body}",
         body.len()
     );

@@ -25,7 +25,7 @@ mod store;
 mod tempdir;
 
 pub use checker::{check, CheckConfig, FencedStore, Report};
-pub use etcd::{EtcdCluster, EtcdMember};
+pub use etcd::{EtcdCluster, EtcdMember, EtcdTls};
 pub use fork::in_child;
 pub use generator::{Catalogue, Generator, Schedule};
 pub use history::{Belief, History, Mode, Op, OpKind, Outcome, Snapshot};
