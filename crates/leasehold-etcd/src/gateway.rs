@@ -43,6 +43,9 @@ const CODE_FAILED_PRECONDITION: i64 = 9;
 
 pub(crate) struct Gateway {
     bases: Vec<String>,
+    /// The members' hosts and ports, for the watches this module holds itself.
+    endpoints: Vec<(String, u16)>,
+    tls: bool,
     /// The member the next request goes to first.
     next: AtomicUsize,
     config: ureq::config::Config,
@@ -103,6 +106,12 @@ impl Gateway {
         };
         Ok(Gateway {
             bases,
+            endpoints: etcd
+                .endpoints
+                .iter()
+                .map(|e| (e.host.clone(), e.port))
+                .collect(),
+            tls: etcd.tls.is_some(),
             next: AtomicUsize::new(0),
             config: builder.build(),
             here: PerProcess::new(),
@@ -377,6 +386,191 @@ impl Gateway {
         // The stream ended: something changed under it (a member stopped); look again.
         Ok(!until.is_past())
     }
+}
+
+/// A watch on a connection of the waiter's own, kept open across the slices of a wait (plain
+/// HTTP only): once etcd has caught the watch up with the store, a deletion reaches the waiter at
+/// once, where a watch opened anew for each slice waits for etcd's catch-up pass (every 100 ms).
+/// HTTP/1.0, so the stream comes unchunked, one JSON message a line, until either side closes.
+pub(crate) struct HeldWatch {
+    stream: std::net::TcpStream,
+    pending: Vec<u8>,
+}
+
+impl Gateway {
+    /// Whether a waiter may hold its watch open across slices ([`HeldWatch`]); over TLS each
+    /// slice opens a watch through ureq ([`Gateway::watch_deletion`]).
+    pub(crate) fn holds_watches(&self) -> bool {
+        !self.tls
+    }
+
+    /// Opens a [`HeldWatch`] of `key` (or the range to `range_end`) from revision `from`,
+    /// deletions only, within `deadline`.
+    pub(crate) fn open_watch(
+        &self,
+        key: &[u8],
+        range_end: Option<&[u8]>,
+        from: i64,
+        deadline: Deadline,
+    ) -> Result<HeldWatch> {
+        use std::io::Write;
+        let member = self.next.load(Ordering::Relaxed) % self.endpoints.len();
+        let (host, port) = &self.endpoints[member];
+        let fail = |what: String| {
+            let _ = self.next.compare_exchange(
+                member,
+                (member + 1) % self.endpoints.len(),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            Error::unavailable(
+                format!("etcd watch at {host}:{port}: {what}"),
+                &self.secrets,
+            )
+        };
+        let token = match self.token(member, deadline) {
+            Ok(token) => token,
+            Err(Failure::Answered { code, message }) => {
+                return Err(answered(code, message).redacted(&self.secrets))
+            }
+            Err(Failure::NotSent(m) | Failure::Unknown(m)) => return Err(fail(m)),
+        };
+        let addrs = leasehold_core::resolve::resolve(host, *port, deadline)?;
+        let mut last = String::from("no address");
+        let mut stream = None;
+        for addr in addrs {
+            let left = deadline.cap(self.connect_timeout);
+            if left.is_zero() {
+                break;
+            }
+            match std::net::TcpStream::connect_timeout(&addr, left) {
+                Ok(s) => {
+                    stream = Some(s);
+                    break;
+                }
+                Err(e) => last = e.to_string(),
+            }
+        }
+        let mut stream = stream.ok_or_else(|| fail(last))?;
+        let _ = stream.set_nodelay(true);
+        let mut request = json!({
+            "key": b64(key),
+            "start_revision": from.to_string(),
+            "filters": ["NOPUT"],
+        });
+        if let Some(end) = range_end {
+            request["range_end"] = json!(b64(end));
+        }
+        let body = json!({ "create_request": request }).to_string();
+        let auth = token
+            .map(|t| format!("Authorization: {t}\r\n"))
+            .unwrap_or_default();
+        let head = format!(
+            "POST /v3/watch HTTP/1.0\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n\
+             Grpc-Metadata-hasleader: true\r\n{auth}Content-Length: {}\r\n\r\n",
+            body.len()
+        );
+        let left = deadline.remaining().max(Duration::from_millis(1));
+        let _ = stream.set_write_timeout(Some(left));
+        stream
+            .write_all(head.as_bytes())
+            .and_then(|()| stream.write_all(body.as_bytes()))
+            .map_err(|e| fail(e.to_string()))?;
+        let mut watch = HeldWatch {
+            stream,
+            pending: Vec::new(),
+        };
+        // The status line and headers, up to the blank line.
+        loop {
+            if let Some(end) = find(&watch.pending, b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&watch.pending[..end]).into_owned();
+                watch.pending.drain(..end + 4);
+                let status = head.lines().next().unwrap_or_default();
+                if !status.contains(" 200 ") {
+                    return Err(fail(format!("answered {status}")));
+                }
+                return Ok(watch);
+            }
+            match watch.fill(deadline) {
+                Ok(true) => {}
+                Ok(false) => return Err(fail("no answer in time".into())),
+                Err(e) => return Err(fail(e)),
+            }
+        }
+    }
+
+    /// Waits on `watch` until `until`: `Ok(true)` when it reports a deletion (or that the history
+    /// it started from was compacted, or that it ended: look again), `Ok(false)` when the time
+    /// ran out quietly. An error leaves the watch unusable.
+    pub(crate) fn wait_deletion(&self, watch: &mut HeldWatch, until: Deadline) -> Result<bool> {
+        loop {
+            while let Some(end) = watch.pending.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = watch.pending.drain(..=end).collect();
+                let message: Value = serde_json::from_slice(&line).unwrap_or(Value::Null);
+                if let Some(error) = message.get("error") {
+                    return Err(Error::unavailable(
+                        format!(
+                            "etcd watch: {}",
+                            error["message"].as_str().unwrap_or("failed")
+                        ),
+                        &self.secrets,
+                    ));
+                }
+                let result = &message["result"];
+                let compacted = number(&result["compact_revision"]).unwrap_or(0) > 0;
+                let events = result["events"].as_array().is_some_and(|e| !e.is_empty());
+                if compacted || events || result["canceled"].as_bool() == Some(true) {
+                    return Ok(true);
+                }
+            }
+            match watch.fill(until) {
+                Ok(true) => {}
+                Ok(false) => return Ok(false),
+                Err(e) => {
+                    return Err(Error::unavailable(
+                        format!("etcd watch: {e}"),
+                        &self.secrets,
+                    ))
+                }
+            }
+        }
+    }
+}
+
+impl HeldWatch {
+    /// Reads what has come, waiting until `until` at most: `Ok(false)` when nothing came in time.
+    fn fill(&mut self, until: Deadline) -> Result<bool, String> {
+        use std::io::Read;
+        let left = until.remaining();
+        if left.is_zero() {
+            return Ok(false);
+        }
+        self.stream
+            .set_read_timeout(Some(left))
+            .map_err(|e| e.to_string())?;
+        let mut buf = [0u8; 8192];
+        match self.stream.read(&mut buf) {
+            Ok(0) => Err("the member closed the watch".into()),
+            Ok(n) => {
+                self.pending.extend_from_slice(&buf[..n]);
+                Ok(true)
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(true),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 /// The JSON of a 200 answer, read within the deadline.

@@ -20,7 +20,7 @@
 //!   off from the leader is refused by the `hasleader` header, then passed over for another.
 //! * Waiters queue by revision ([`waiting`]): each has an entry under the key's queue on an etcd
 //!   lease of its own (a dead waiter's entry ends with it), and blocks on a watch of its
-//!   predecessor's deletion (no herd, first come first served), cut into slices of at most 50 ms.
+//!   predecessor's deletion (no herd, first come first served), read in slices of at most 50 ms.
 //!   A newcomer's attempt is refused while anyone is queued.
 //!
 //! * `once` records ([`records`]) live beside the locks, each on an etcd lease of its keep.

@@ -10,13 +10,16 @@
 //! came. An attempt by a queued waiter succeeds only while no older entry is there; a newcomer's
 //! only while the queue is empty.
 //!
-//! The gateway's watch has no cancel, and core looks for interrupts every 50 ms: each block opens
-//! a watch from the revision of the waiter's last look (so nothing that happened since is missed,
-//! whatever the slices) and closes it at the end of its slice.
+//! Core looks for interrupts every 50 ms, so a block lasts one slice at most. The watch starts from
+//! the revision of the waiter's last look, so nothing that happened since is missed, whatever the
+//! slices. Over plain HTTP the waiter keeps it open across slices on a connection of its own
+//! ([`crate::gateway::HeldWatch`]); over TLS each slice opens one through ureq and closes it (the
+//! gateway's watch has no cancel), which etcd serves on its next catch-up pass.
 //!
 //! The holder's etcd lease is granted at the first attempt and renewed before each later one, so
 //! a grant is valid from the send of that renewal.
 
+use crate::gateway::HeldWatch;
 use crate::{EtcdBackend, Held, Holding, Take, Who};
 use leasehold_core::wait::{Turn, Waiter, Wake, Woken};
 use leasehold_core::{Deadline, Error, Key, LeaseKind, RawLease, Result, Token, Ttl};
@@ -31,6 +34,10 @@ const HEARTBEAT: Duration = Duration::from_secs(1);
 
 /// A failed watch is opened again after this pause (the next attempt goes to another member).
 const WATCH_RETRY: Duration = Duration::from_millis(20);
+
+/// What a waiter watches for a deletion: a key (or the range up to the second, exclusive), from
+/// a revision.
+type Target = (Vec<u8>, Option<Vec<u8>>, i64);
 
 struct Place {
     entry: Vec<u8>,
@@ -51,7 +58,9 @@ pub(crate) struct QueueWaiter<'a> {
     held: Option<(Held, Instant)>,
     place: Option<Place>,
     /// What to watch for a deletion (a key, or a range), and from which revision.
-    watch: Option<(Vec<u8>, Option<Vec<u8>>, i64)>,
+    watch: Option<Target>,
+    /// The watch held open across slices, and what it watches.
+    held_watch: Option<(HeldWatch, Target)>,
 }
 
 impl<'a> QueueWaiter<'a> {
@@ -72,6 +81,7 @@ impl<'a> QueueWaiter<'a> {
             held: None,
             place: None,
             watch: None,
+            held_watch: None,
         })
     }
 
@@ -160,6 +170,32 @@ impl<'a> QueueWaiter<'a> {
     }
 }
 
+impl QueueWaiter<'_> {
+    /// Waits on the held watch of `target` (opened now if it watches something else) until
+    /// `until`. A watch that reported something is closed: the attempt after it may pick another
+    /// target, and the next one starts from that attempt's look.
+    fn held(&mut self, target: Target, until: Deadline) -> Result<bool> {
+        let gateway = &self.backend.gateway;
+        if self.held_watch.as_ref().is_none_or(|(_, t)| *t != target) {
+            self.held_watch = None;
+            if until.is_past() {
+                return Ok(false);
+            }
+            let (key, end, from) = &target;
+            let watch = gateway.open_watch(key, end.as_deref(), *from, until)?;
+            self.held_watch = Some((watch, target));
+        }
+        let Some((watch, _)) = &mut self.held_watch else {
+            return Ok(false);
+        };
+        let woken = gateway.wait_deletion(watch, until);
+        if !matches!(woken, Ok(false)) {
+            self.held_watch = None;
+        }
+        woken
+    }
+}
+
 impl Waiter for QueueWaiter<'_> {
     fn attempt(&mut self, last: bool, _block_until: Instant) -> Result<Turn> {
         let (held, sent) = self.holder_lease()?;
@@ -223,15 +259,18 @@ impl Waiter for QueueWaiter<'_> {
 
     fn block(&mut self, wake: Wake) -> Result<Woken> {
         let until = Deadline::at(wake.until).min(self.deadline);
-        let Some((key, end, from)) = &self.watch else {
+        let Some(target) = self.watch.clone() else {
             std::thread::sleep(until.remaining());
             return Ok(Woken::Quiet);
         };
-        match self
-            .backend
-            .gateway
-            .watch_deletion(key, end.as_deref(), *from, until)
-        {
+        let gateway = &self.backend.gateway;
+        let woken = if gateway.holds_watches() {
+            self.held(target, until)
+        } else {
+            let (key, end, from) = &target;
+            gateway.watch_deletion(key, end.as_deref(), *from, until)
+        };
+        match woken {
             Ok(true) => Ok(Woken::Attempt),
             Ok(false) => Ok(Woken::Quiet),
             Err(Error::Unavailable(_)) => {
