@@ -104,6 +104,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn etcd_urls_connect_through_the_facade() {
+        let cluster = leasehold_testkit::EtcdCluster::start_with(1);
+        let client = connect(&cluster.url_with("prefix=facade:&lock_delay_ms=10")).unwrap();
+        assert_eq!(client.backend_name(), "etcd");
+        let lease = client
+            .try_acquire("facade", std::time::Duration::from_secs(5))
+            .unwrap();
+        assert!(lease.fence() > leasehold_etcd::fence::BASE);
+        lease.release().unwrap();
+    }
+
+    #[test]
     fn tls_parameters_and_redlocks_are_no_longer_refused() {
         for url in [
             "rediss://h?tls_ca_file=/ca.pem&tls_cert_file=/c.pem&tls_key_file=/k.pem",

@@ -169,3 +169,60 @@ fn a_majority_stopped_grants_nothing_and_answers_in_time() {
     assert!(next.fence() > fence);
     next.release().unwrap();
 }
+
+/// A member the client reaches through the fault proxy: black-holed, dripping its replies,
+/// dropping them. Every call ends within its bound, with a lease or `Unavailable`, and the calls
+/// after it are served by the other members.
+#[test]
+fn a_member_behind_a_faulty_link_is_passed_over() {
+    use leasehold_testkit::{Fault, FaultProxy};
+    let cluster = EtcdCluster::shared();
+    let members = cluster.members();
+    let proxy = FaultProxy::start(members[0].addr());
+    let url = format!(
+        "etcd://{},{},{}?connect_timeout_ms={CONNECT_MS}&io_timeout_ms={IO_MS}&prefix=link:",
+        proxy.host_port(),
+        members[1].addr(),
+        members[2].addr()
+    );
+    for fault in [
+        Fault::BlackHole,
+        Fault::SlowDripReplies(Duration::from_millis(200)),
+        Fault::DropReplies,
+    ] {
+        proxy.set(Fault::Normal);
+        // Back to the proxied member first: a fresh client starts there.
+        let client = Client::new(EtcdBackend::connect(&Config::parse(&url).unwrap()).unwrap());
+        client
+            .try_acquire(unique_key("link-warm"), Duration::from_secs(5))
+            .unwrap()
+            .release()
+            .unwrap();
+        proxy.set(fault);
+        let mut served = 0;
+        for _ in 0..3 {
+            let asked = Instant::now();
+            match client.try_acquire(unique_key("link"), Duration::from_secs(5)) {
+                Ok(lease) => {
+                    served += 1;
+                    lease.release().unwrap();
+                }
+                Err(e) => assert_eq!(e.kind(), ErrorKind::Unavailable, "{fault:?}: {e}"),
+            }
+            assert!(
+                asked.elapsed() < BOUND,
+                "{fault:?}: took {:?}",
+                asked.elapsed()
+            );
+        }
+        assert!(
+            served >= 2,
+            "{fault:?}: the other members served {served} of 3"
+        );
+    }
+    proxy.set(Fault::Normal);
+}
+
+fn unique_key(label: &str) -> String {
+    leasehold_testkit::unique_key(label)
+}
