@@ -130,11 +130,16 @@ impl<'a> QueueWaiter<'a> {
         let answer = self.backend.call(
             "/v3/kv/put",
             serde_json::json!({"key": crate::b64(&entry), "value": "",
-                "lease": lease.to_string()}),
+                "lease": lease.to_string(), "prev_kv": true}),
             crate::Retry::Safe,
             self.deadline,
         );
-        let revision = match answer.map(|a| crate::revision(&a)) {
+        // The place is the entry's create_revision: this put's revision, or, when a first send
+        // whose answer was lost wrote it already, that one's.
+        let created = |a: &serde_json::Value| {
+            crate::number(&a["prev_kv"]["create_revision"]).or_else(|| crate::revision(a))
+        };
+        let revision = match answer.map(|a| created(&a)) {
             Ok(Some(revision)) => revision,
             Ok(None) => {
                 self.backend.revoke(lease, self.deadline);

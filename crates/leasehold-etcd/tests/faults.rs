@@ -226,3 +226,54 @@ fn a_member_behind_a_faulty_link_is_passed_over() {
 fn unique_key(label: &str) -> String {
     leasehold_testkit::unique_key(label)
 }
+
+/// The history compacted while waiters wait (etcd's auto-compaction, or an operator's): a watch
+/// from a compacted revision says so and the waiter looks again, so every waiter still gets the
+/// key once it is free, in the order they came.
+#[test]
+fn compaction_during_waits() {
+    let cluster = EtcdCluster::shared();
+    let client = client(cluster);
+    let key = unique_key("compaction");
+    let holder = client.try_acquire(&key, Duration::from_secs(30)).unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let waiters: Vec<_> = (0..3)
+        .map(|i| {
+            let (client, key, order) = (client.clone(), key.clone(), order.clone());
+            std::thread::sleep(Duration::from_millis(300));
+            std::thread::spawn(move || {
+                let lease = client
+                    .acquire(&key, Duration::from_secs(30), Duration::from_secs(30))
+                    .expect("a waiter gets the key after compactions");
+                order.lock().unwrap().push(i);
+                std::thread::sleep(Duration::from_millis(50));
+                lease.release().unwrap();
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    for _ in 0..5 {
+        for _ in 0..5 {
+            let body = r#"{"key":"Y29tcGFjdA==","value":"eA=="}"#;
+            cluster.request(1, "/v3/kv/put", body).unwrap();
+        }
+        let rev = cluster.revision();
+        cluster
+            .request(
+                1,
+                "/v3/kv/compaction",
+                &format!(r#"{{"revision":"{rev}"}}"#),
+            )
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    holder.release().unwrap();
+    for w in waiters {
+        w.join().expect("waiter");
+    }
+    assert_eq!(
+        *order.lock().unwrap(),
+        vec![0, 1, 2],
+        "first come, first served"
+    );
+}
