@@ -277,3 +277,44 @@ fn compaction_during_waits() {
         "first come, first served"
     );
 }
+
+/// A waiter killed in its queue (kill -9, so it leaves nothing behind on purpose) holds nobody up
+/// for long: its entry is on an etcd lease of its own that nobody renews any more, so the key is
+/// free for a newcomer within that lease's TTL (3 s; etcd's expiry check and a Raft round on top).
+#[test]
+fn a_dead_waiter_leaves_the_queue() {
+    let cluster = EtcdCluster::shared();
+    let client = client(cluster);
+    let key = unique_key("dead-waiter");
+    let holder = client.try_acquire(&key, Duration::from_secs(30)).unwrap();
+    // SAFETY: the child only waits for the key and then ends with _exit; the parent kills it.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        let _ = client.acquire(&key, Duration::from_secs(30), Duration::from_secs(60));
+        // SAFETY: ends the child without the parent's destructors.
+        unsafe { libc::_exit(0) };
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: our own child.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+    }
+    let killed = Instant::now();
+    holder.release().unwrap();
+    // Queued behind nobody alive: a newcomer gets in once the dead entry's lease ends.
+    let lease = loop {
+        match client.try_acquire(&key, Duration::from_secs(30)) {
+            Ok(lease) => break lease,
+            Err(e) => assert_eq!(e.kind(), ErrorKind::NotAcquired, "{e}"),
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(8),
+            "the dead waiter still holds the queue"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    eprintln!("free {:?} after the waiter died", killed.elapsed());
+    lease.release().unwrap();
+}
