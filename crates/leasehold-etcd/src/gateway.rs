@@ -12,13 +12,15 @@
 //!   [`PerProcess`]: a child never writes on a socket its parent uses.
 //! * Authentication: with a user, a token from `/v3/auth/authenticate` goes in the `Authorization`
 //!   header; an expired token is replaced once and the request sent again (it was refused, not run).
+//! * Watches: a waiter's watch is a stream that must be read in slices and closed at will, which a
+//!   request through ureq cannot be (its timeout is fixed when it is sent), so [`HeldWatch`]
+//!   speaks HTTP/1.0 on a socket of its own (through rustls for `etcds://`).
 
 use base64::Engine;
 use leasehold_core::config::{EtcdConfig, TlsOptions};
 use leasehold_core::fork::PerProcess;
 use leasehold_core::{Deadline, Error, Result, Secret};
 use serde_json::{json, Value};
-use std::io::BufRead;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -45,7 +47,8 @@ pub(crate) struct Gateway {
     bases: Vec<String>,
     /// The members' hosts and ports, for the watches this module holds itself.
     endpoints: Vec<(String, u16)>,
-    tls: bool,
+    /// rustls's settings for those watches over TLS (`None`: plain text).
+    watch_tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     /// The member the next request goes to first.
     next: AtomicUsize,
     config: ureq::config::Config,
@@ -111,7 +114,7 @@ impl Gateway {
                 .iter()
                 .map(|e| (e.host.clone(), e.port))
                 .collect(),
-            tls: etcd.tls.is_some(),
+            watch_tls: etcd.tls.as_ref().map(rustls_config).transpose()?,
             next: AtomicUsize::new(0),
             config: builder.build(),
             here: PerProcess::new(),
@@ -307,103 +310,58 @@ impl Gateway {
         *lock(&self.here().token) = Some(token.clone());
         Ok(Some(token))
     }
-
-    /// Opens a watch of `key` (or of the range up to `range_end`) from revision `from` (deletions
-    /// only) and waits until it reports
-    /// one, or `until`: `Ok(true)` when something happened (a deletion, or the history before
-    /// `from` was compacted, so the caller must look again), `Ok(false)` when the time ran out
-    /// quietly. The watch's connection is closed at the end either way (the gateway's watch has no
-    /// cancel; the closed connection ends it).
-    pub(crate) fn watch_deletion(
-        &self,
-        key: &[u8],
-        range_end: Option<&[u8]>,
-        from: i64,
-        until: Deadline,
-    ) -> Result<bool> {
-        let mut request = json!({
-            "key": b64(key),
-            "start_revision": from.to_string(),
-            "filters": ["NOPUT"],
-        });
-        if let Some(end) = range_end {
-            request["range_end"] = json!(b64(end));
-        }
-        let body = json!({ "create_request": request }).to_string();
-        let member = self.next.load(Ordering::Relaxed) % self.bases.len();
-        let response = match self.send(member, "/v3/watch", &body, until) {
-            Ok(response) => response,
-            Err(Failure::NotSent(_)) if until.is_past() => return Ok(false),
-            Err(Failure::Unknown(m)) | Err(Failure::NotSent(m)) => {
-                if until.is_past() {
-                    return Ok(false);
-                }
-                let _ = self.next.compare_exchange(
-                    member,
-                    (member + 1) % self.bases.len(),
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                );
-                return Err(Error::unavailable(
-                    format!("etcd watch: {m}"),
-                    &self.secrets,
-                ));
-            }
-            Err(Failure::Answered { code, message }) => {
-                return Err(answered(code, message).redacted(&self.secrets))
-            }
-        };
-        let reader = response.into_body().into_reader();
-        for line in std::io::BufReader::new(reader).lines() {
-            let line = match line {
-                Ok(line) => line,
-                // The slice is over (ureq's timeout), or the stream broke: look again.
-                Err(_) if until.is_past() => return Ok(false),
-                Err(e) => {
-                    return Err(Error::unavailable(
-                        format!("etcd watch: {e}"),
-                        &self.secrets,
-                    ))
-                }
-            };
-            let message: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-            if let Some(error) = message.get("error") {
-                return Err(Error::unavailable(
-                    format!(
-                        "etcd watch: {}",
-                        error["message"].as_str().unwrap_or("failed")
-                    ),
-                    &self.secrets,
-                ));
-            }
-            let result = &message["result"];
-            let compacted = number(&result["compact_revision"]).unwrap_or(0) > 0;
-            let events = result["events"].as_array().is_some_and(|e| !e.is_empty());
-            if compacted || events || result["canceled"].as_bool() == Some(true) {
-                return Ok(true);
-            }
-        }
-        // The stream ended: something changed under it (a member stopped); look again.
-        Ok(!until.is_past())
-    }
 }
 
-/// A watch on a connection of the waiter's own, kept open across the slices of a wait (plain
-/// HTTP only): once etcd has caught the watch up with the store, a deletion reaches the waiter at
-/// once, where a watch opened anew for each slice waits for etcd's catch-up pass (every 100 ms).
-/// HTTP/1.0, so the stream comes unchunked, one JSON message a line, until either side closes.
+/// A watch on a connection of the waiter's own, kept open across the slices of a wait: once etcd
+/// has caught the watch up with the store, a deletion reaches the waiter at once, where a watch
+/// opened anew for each slice would wait for etcd's catch-up pass (every 100 ms). HTTP/1.0, so the
+/// stream comes unchunked, one JSON message a line, until either side closes; each read is bounded
+/// by the socket's timeout, set to what is left of the slice.
 pub(crate) struct HeldWatch {
-    stream: std::net::TcpStream,
+    stream: WatchStream,
     pending: Vec<u8>,
 }
 
-impl Gateway {
-    /// Whether a waiter may hold its watch open across slices ([`HeldWatch`]); over TLS each
-    /// slice opens a watch through ureq ([`Gateway::watch_deletion`]).
-    pub(crate) fn holds_watches(&self) -> bool {
-        !self.tls
+enum WatchStream {
+    Plain(std::net::TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>>),
+}
+
+impl WatchStream {
+    fn socket(&self) -> &std::net::TcpStream {
+        match self {
+            WatchStream::Plain(s) => s,
+            WatchStream::Tls(s) => &s.sock,
+        }
+    }
+}
+
+impl std::io::Read for WatchStream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            WatchStream::Plain(s) => s.read(buf),
+            WatchStream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl std::io::Write for WatchStream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            WatchStream::Plain(s) => s.write(buf),
+            WatchStream::Tls(s) => s.write(buf),
+        }
     }
 
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            WatchStream::Plain(s) => s.flush(),
+            WatchStream::Tls(s) => s.flush(),
+        }
+    }
+}
+
+impl Gateway {
     /// Opens a [`HeldWatch`] of `key` (or the range to `range_end`) from revision `from`,
     /// deletions only, within `deadline`.
     pub(crate) fn open_watch(
@@ -451,8 +409,21 @@ impl Gateway {
                 Err(e) => last = e.to_string(),
             }
         }
-        let mut stream = stream.ok_or_else(|| fail(last))?;
-        let _ = stream.set_nodelay(true);
+        let socket = stream.ok_or_else(|| fail(last))?;
+        let _ = socket.set_nodelay(true);
+        let left = deadline.remaining().max(Duration::from_millis(1));
+        let _ = socket.set_write_timeout(Some(left));
+        let _ = socket.set_read_timeout(Some(left));
+        let mut stream = match &self.watch_tls {
+            None => WatchStream::Plain(socket),
+            Some(config) => {
+                let name = rustls::pki_types::ServerName::try_from(host.clone())
+                    .map_err(|e| fail(format!("not a TLS server name: {e}")))?;
+                let conn = rustls::ClientConnection::new(config.clone(), name)
+                    .map_err(|e| fail(format!("TLS: {e}")))?;
+                WatchStream::Tls(Box::new(rustls::StreamOwned::new(conn, socket)))
+            }
+        };
         let mut request = json!({
             "key": b64(key),
             "start_revision": from.to_string(),
@@ -470,8 +441,6 @@ impl Gateway {
              Grpc-Metadata-hasleader: true\r\n{auth}Content-Length: {}\r\n\r\n",
             body.len()
         );
-        let left = deadline.remaining().max(Duration::from_millis(1));
-        let _ = stream.set_write_timeout(Some(left));
         stream
             .write_all(head.as_bytes())
             .and_then(|()| stream.write_all(body.as_bytes()))
@@ -546,6 +515,7 @@ impl HeldWatch {
             return Ok(false);
         }
         self.stream
+            .socket()
             .set_read_timeout(Some(left))
             .map_err(|e| e.to_string())?;
         let mut buf = [0u8; 8192];
@@ -694,6 +664,96 @@ fn tls_config(tls: &TlsOptions) -> Result<ureq::tls::TlsConfig> {
         );
     }
     Ok(builder.build())
+}
+
+/// rustls's settings for the held watches, from the URL's files: the same trust as ureq's (the
+/// CA file's certificates, else Mozilla's roots), the client certificate, or no checks at all with
+/// `tls_insecure`.
+fn rustls_config(tls: &TlsOptions) -> Result<std::sync::Arc<rustls::ClientConfig>> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let invalid = |what: &str, e: &dyn std::fmt::Display| Error::invalid(format!("{what}: {e}"));
+    let read = |path: &std::path::Path, what: &str| {
+        std::fs::read(path).map_err(|e| invalid(what, &e.kind()))
+    };
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| invalid("TLS", &e))?;
+    let builder = if tls.insecure {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(std::sync::Arc::new(NoVerification {
+                supported: provider.signature_verification_algorithms,
+            }))
+    } else {
+        let mut roots = rustls::RootCertStore::empty();
+        match &tls.ca_file {
+            Some(ca) => {
+                for cert in CertificateDer::pem_slice_iter(&read(ca, "tls_ca_file")?) {
+                    let cert = cert.map_err(|e| invalid("tls_ca_file", &e))?;
+                    roots.add(cert).map_err(|e| invalid("tls_ca_file", &e))?;
+                }
+            }
+            None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+        }
+        builder.with_root_certificates(roots)
+    };
+    let config = match (&tls.cert_file, &tls.key_file) {
+        (Some(cert), Some(key)) => {
+            let chain = CertificateDer::pem_slice_iter(&read(cert, "tls_cert_file")?)
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|e| invalid("tls_cert_file", &e))?;
+            let key = PrivateKeyDer::from_pem_slice(&read(key, "tls_key_file")?)
+                .map_err(|_| invalid("tls_key_file", &"holds no PEM private key"))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| invalid("tls_cert_file and tls_key_file", &e))?
+        }
+        _ => builder.with_no_client_auth(),
+    };
+    Ok(std::sync::Arc::new(config))
+}
+
+/// `tls_insecure=true`: every certificate is accepted (logged when the client is made).
+#[derive(Debug)]
+struct NoVerification {
+    supported: rustls::crypto::WebPkiSupportedAlgorithms,
+}
+
+impl rustls::client::danger::ServerCertVerifier for NoVerification {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        _message: &[u8],
+        _cert: &rustls::pki_types::CertificateDer<'_>,
+        _dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        _message: &[u8],
+        _cert: &rustls::pki_types::CertificateDer<'_>,
+        _dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.supported.supported_schemes()
+    }
 }
 
 /// Name resolution through core's resolver, bounded by the request's own timeout.

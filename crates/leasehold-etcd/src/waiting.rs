@@ -12,9 +12,9 @@
 //!
 //! Core looks for interrupts every 50 ms, so a block lasts one slice at most. The watch starts from
 //! the revision of the waiter's last look, so nothing that happened since is missed, whatever the
-//! slices. Over plain HTTP the waiter keeps it open across slices on a connection of its own
-//! ([`crate::gateway::HeldWatch`]); over TLS each slice opens one through ureq and closes it (the
-//! gateway's watch has no cancel), which etcd serves on its next catch-up pass.
+//! slices, and the waiter keeps it open across slices on a connection of its own
+//! ([`crate::gateway::HeldWatch`]), closed when it reports something (the gateway's watch has no
+//! cancel; the closed connection ends it).
 //!
 //! The holder's etcd lease is granted at the first attempt and renewed before each later one, so
 //! a grant is valid from the send of that renewal.
@@ -268,13 +268,7 @@ impl Waiter for QueueWaiter<'_> {
             std::thread::sleep(until.remaining());
             return Ok(Woken::Quiet);
         };
-        let gateway = &self.backend.gateway;
-        let woken = if gateway.holds_watches() {
-            self.held(target, until)
-        } else {
-            let (key, end, from) = &target;
-            gateway.watch_deletion(key, end.as_deref(), *from, until)
-        };
+        let woken = self.held(target, until);
         match woken {
             Ok(true) => Ok(Woken::Attempt),
             Ok(false) => Ok(Woken::Quiet),
