@@ -1,7 +1,7 @@
 //! Where a key's state lives in etcd. Every name is the URL's prefix, a word for what it holds, and
 //! the key: `{prefix}lock/{key}` for the exclusive holder, `{prefix}shared/{len}/{key}/{token}` for
-//! each shared holder, `{prefix}queue/{len}/{key}/{token}` for its waiters, and
-//! `{prefix}permit/{len}/{key}/{slot}` for a semaphore's holders (the key's length in four hex
+//! each shared holder, `{prefix}queue/{len}/{key}/{x|s}{token}` for its waiters (writers, readers),
+//! and `{prefix}permit/{len}/{key}/{slot}` for a semaphore's holders (the key's length in four hex
 //! digits first, so that no key's range holds another key's entries, whatever bytes the keys
 //! contain).
 
@@ -41,6 +41,11 @@ fn ranged(prefix: &str, what: &str, key: &Key) -> Vec<u8> {
     name.push(b'/');
     name
 }
+
+/// What a writer's (exclusive) queue entry starts with after the queue's name; a reader's starts
+/// with [`READER`]. Entries sort by their revision, whatever their kind.
+pub(crate) const WRITER: &str = "x";
+pub(crate) const READER: &str = "s";
 
 /// A waiter's entry in `key`'s queue.
 pub(crate) fn entry(queue: &[u8], id: &str) -> Vec<u8> {

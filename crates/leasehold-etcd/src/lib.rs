@@ -21,7 +21,7 @@
 //! * Waiters queue by revision ([`waiting`]): each has an entry under the key's queue on an etcd
 //!   lease of its own (a dead waiter's entry ends with it), and blocks on a watch of its
 //!   predecessor's deletion (no herd, first come first served), read in slices of at most 50 ms.
-//!   A newcomer's attempt is refused while anyone is queued.
+//!   A newcomer's attempt is refused while anyone is queued (a reader's, while a writer is).
 //! * Shared locks: a key per reader (`{prefix}shared/…`) beside the holder's key; an exclusive
 //!   grant needs both empty, a shared one no exclusive holder. Semaphores, promote and demote are
 //!   in [`kinds`]; `once` records ([`records`]) live beside the locks, each on an etcd lease of
@@ -209,8 +209,14 @@ impl EtcdBackend {
         let name = self.lock_name(key, kind, token);
         let queue = keys::queue(&self.prefix, key);
         let queue_end = keys::range_end(&queue);
+        let writers = keys::entry(&queue, keys::WRITER);
         let line = match who {
-            // Nobody queued: every key in the range (none) has create_revision 0.
+            // A writer: nobody queued (every key in the range, none, has create_revision 0). A
+            // reader: no writer queued (readers wait only behind a writer, and one that left
+            // its entry behind must not hold readers up).
+            Who::Newcomer if kind == LeaseKind::Shared => json!({"key": b64(&writers),
+                "range_end": b64(&keys::range_end(&writers)), "target": "CREATE",
+                "result": "EQUAL", "create_revision": "0"}),
             Who::Newcomer => json!({"key": b64(&queue), "range_end": b64(&queue_end),
                 "target": "CREATE", "result": "EQUAL", "create_revision": "0"}),
             // Every entry came at or after ours.

@@ -8,7 +8,8 @@
 //! waiter watches only the entry just before its own (or, at the head, the holder's key) for its
 //! deletion, so a release wakes one waiter, never a herd, and they are served in the order they
 //! came. An attempt by a queued waiter succeeds only while no older entry is there; a newcomer's
-//! only while the queue is empty.
+//! only while the queue is empty (a reader's: while no writer is queued, since readers queue only
+//! behind a writer, and a reader's entry left behind by a failed leave must not hold readers up).
 //!
 //! Core looks for interrupts every 50 ms, so a block lasts one slice at most. The watch starts from
 //! the revision of the waiter's last look, so nothing that happened since is missed, whatever the
@@ -126,7 +127,11 @@ impl<'a> QueueWaiter<'a> {
         let ttl = Ttl::new(PLACE_TTL)?;
         let lease = self.backend.grant(ttl, self.deadline)?.lease;
         let queue = crate::keys::queue(&self.backend.prefix, self.key);
-        let entry = crate::keys::entry(&queue, self.token.as_str());
+        let kind = match self.kind {
+            LeaseKind::Shared => crate::keys::READER,
+            _ => crate::keys::WRITER,
+        };
+        let entry = crate::keys::entry(&queue, &format!("{kind}{}", self.token.as_str()));
         let answer = self.backend.call(
             "/v3/kv/put",
             serde_json::json!({"key": crate::b64(&entry), "value": "",
