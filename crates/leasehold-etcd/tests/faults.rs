@@ -237,10 +237,37 @@ fn compaction_during_waits() {
     let key = unique_key("compaction");
     let holder = client.try_acquire(&key, Duration::from_secs(30)).unwrap();
     let order = Arc::new(Mutex::new(Vec::new()));
+    // Each waiter comes once the one before it is in the queue, so the order they came in is
+    // the order of the threads, however slow a loaded machine makes a first attempt.
+    let queue = format!("faults:queue/{:04x}/{key}/", key.len());
+    let queued = || {
+        use base64::Engine;
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        let mut end = queue.clone().into_bytes();
+        *end.last_mut().unwrap() += 1;
+        let body = format!(
+            r#"{{"key":"{}","range_end":"{}","count_only":true}}"#,
+            b64(queue.as_bytes()),
+            b64(&end)
+        );
+        let answer = cluster.request(1, "/v3/kv/range", &body).unwrap();
+        answer
+            .split("\"count\":\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .and_then(|n| n.parse::<usize>().ok())
+            .unwrap_or(0)
+    };
     let waiters: Vec<_> = (0..3)
         .map(|i| {
             let (client, key, order) = (client.clone(), key.clone(), order.clone());
-            std::thread::sleep(Duration::from_millis(300));
+            if i > 0 {
+                assert!(
+                    leasehold_testkit::wait_until(Duration::from_secs(10), || queued() >= i),
+                    "waiter {} never queued",
+                    i - 1
+                );
+            }
             std::thread::spawn(move || {
                 let lease = client
                     .acquire(&key, Duration::from_secs(30), Duration::from_secs(30))
@@ -251,7 +278,10 @@ fn compaction_during_waits() {
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
+    assert!(leasehold_testkit::wait_until(
+        Duration::from_secs(10),
+        || queued() >= 3
+    ));
     for _ in 0..5 {
         for _ in 0..5 {
             let body = r#"{"key":"Y29tcGFjdA==","value":"eA=="}"#;
