@@ -17,6 +17,7 @@ command -v redis-server >/dev/null || missing+=(redis-server)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
 [ -x /usr/sbin/mariadbd ] && command -v mariadb-install-db >/dev/null || missing+=(mariadb-server)
 [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
+command -v etcd >/dev/null || missing+=(etcd-server)
 command -v valgrind >/dev/null || missing+=(valgrind)
 command -v cc >/dev/null || missing+=(gcc)
 command -v make >/dev/null || missing+=(make)
@@ -48,12 +49,18 @@ if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # etcd-server starts a member on the default ports (2379/2380) at install; the tests start their
+  # own cluster, so that one is stopped.
+  if [[ " ${missing[*]} " == *" etcd-server "* ]]; then
+    { $SUDO systemctl stop etcd || $SUDO service etcd stop; } >/dev/null 2>&1 || true
+  fi
 fi
 # The Debian packages start their own services; the tests never use them, so stop what was just
 # started by the install (the machine's pre-started servers, if any, are left alone).
 redis-server --version
 ls -d /usr/lib/postgresql/*/bin
 /usr/sbin/mariadbd --version
+etcd --version | sed -n 1p
 php -v | sed -n 1p
 grep -qx FFI <<<"$(php_modules)" || { echo "PHP lacks the FFI extension"; exit 1; }
 

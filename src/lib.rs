@@ -43,6 +43,7 @@ pub fn default_url() -> String {
 /// | `postgres://…?lock=table[&table=name]` | a PostgreSQL table with a unique key |
 /// | `mysql://…` (`?lock=named`, the default; `mariadb://` is the same) | MySQL/MariaDB `GET_LOCK` on a session the lease owns |
 /// | `mysql://…?lock=table[&table=name]` | an InnoDB table with a unique key |
+/// | `etcd://[user[:password]@]h1:2379,h2:2379,…`, `etcds://…` | an etcd cluster (leases on etcd leases, fences from its revisions) |
 ///
 /// Every URL accepts `prefix`, `connect_timeout_ms`, `io_timeout_ms` and `pool_size`.
 pub fn connect(url: &str) -> Result<Client> {
@@ -67,6 +68,7 @@ pub fn connect_config(config: &Config) -> Result<Client> {
             Client::new(leasehold_postgres::PostgresBackend::connect(config)?)
         }
         BackendConfig::Mysql(_) => Client::new(leasehold_mysql::MysqlBackend::connect(config)?),
+        BackendConfig::Etcd(_) => Client::new(leasehold_etcd::EtcdBackend::connect(config)?),
         _ => {
             return Err(Error::InvalidArgument(format!(
                 "backend {} is not available in this build",
@@ -103,6 +105,18 @@ fn refuse_unbuilt(config: &Config) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn etcd_urls_connect_through_the_facade() {
+        let cluster = leasehold_testkit::EtcdCluster::start_with(1);
+        let client = connect(&cluster.url_with("prefix=facade:&lock_delay_ms=10")).unwrap();
+        assert_eq!(client.backend_name(), "etcd");
+        let lease = client
+            .try_acquire("facade", std::time::Duration::from_secs(5))
+            .unwrap();
+        assert!(lease.fence() > leasehold_etcd::fence::BASE);
+        lease.release().unwrap();
+    }
 
     #[test]
     fn tls_parameters_and_redlocks_are_no_longer_refused() {

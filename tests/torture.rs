@@ -143,3 +143,8 @@ fn torture_mysql_table() {
         scenarios::mysql("table", seed, d)
     });
 }
+
+#[test]
+fn torture_etcd() {
+    generated("etcd", Duration::from_secs(45), scenarios::etcd);
+}

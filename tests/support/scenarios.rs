@@ -15,8 +15,8 @@
 
 use crate::torture::{self, Plan, MAX_TTL};
 use leasehold_testkit::{
-    wait_until, Catalogue, Generator, MariaDbServer, PostgresServer, RedisCluster, RedisSentinel,
-    RedisServer, Schedule, TempDir,
+    wait_until, Catalogue, EtcdCluster, Generator, MariaDbServer, PostgresServer, RedisCluster,
+    RedisSentinel, RedisServer, Schedule, TempDir,
 };
 use std::any::Any;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -48,7 +48,7 @@ pub struct Setup {
 }
 
 /// The scenarios by name, for the soak's `--backend`.
-pub const NAMES: [&str; 10] = [
+pub const NAMES: [&str; 11] = [
     "local",
     "redis",
     "redis-replicas",
@@ -59,6 +59,7 @@ pub const NAMES: [&str; 10] = [
     "postgres-table",
     "mysql-named",
     "mysql-table",
+    "etcd",
 ];
 
 /// The scenario called `name` (one of [`NAMES`]).
@@ -74,6 +75,7 @@ pub fn by_name(name: &str, seed: u64, duration: Duration) -> Option<Setup> {
         "postgres-table" => postgres("table", seed, duration),
         "mysql-named" => mysql("named", seed, duration),
         "mysql-table" => mysql("table", seed, duration),
+        "etcd" => etcd(seed, duration),
         _ => return None,
     })
 }
@@ -453,6 +455,75 @@ pub fn postgres(mode: &str, seed: u64, duration: Duration) -> Setup {
         plan,
         catalogue,
         keep: vec![Box::new(proxies), Box::new(server)],
+    }
+}
+
+/// A three-member etcd cluster, each member behind a proxy: every proxy fault, a member stopped
+/// (SIGSTOP), a member killed and started again on its data (etcd keeps its leases and revision, so
+/// it need not stay down). One member at a time, so a majority always serves. etcd holds a lease
+/// for at least 2 s (the test cluster's minimum TTL) and ends it at its next expiry check (every
+/// 500 ms) through a Raft round: the checker's floor for what the server holds.
+pub fn etcd(seed: u64, duration: Duration) -> Setup {
+    let cluster = shared(EtcdCluster::start());
+    let (url, proxies) = torture::proxied(&lock(&cluster).url());
+    let mut plan = Plan::new(&url, duration, seed);
+    plan.server_hold_floor = Duration::from_millis(3000);
+    let mut catalogue = Catalogue::new();
+    catalogue.proxy_faults(&proxies, plan.io_timeout, true);
+    let turn = Arc::new(std::sync::atomic::AtomicUsize::new(seed as usize));
+    let chosen = Arc::new(Mutex::new(0usize));
+    let (c1, c2, c3, c4) = (
+        cluster.clone(),
+        cluster.clone(),
+        cluster.clone(),
+        cluster.clone(),
+    );
+    let (t1, t2) = (turn.clone(), turn.clone());
+    let (p1, p2, k1, k2) = (
+        chosen.clone(),
+        chosen.clone(),
+        chosen.clone(),
+        chosen.clone(),
+    );
+    catalogue.pause(
+        "SIGSTOP a member",
+        "members",
+        Duration::from_secs(5),
+        PAUSE,
+        move || {
+            let i = t1.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 3;
+            lock(&c1).pause(i);
+            *lock(&p1) = i;
+        },
+        move || lock(&c2).resume(*lock(&p2)),
+    );
+    catalogue.kill_restart(
+        "kill -9 a member, restart on its data",
+        "members",
+        Duration::from_secs(7),
+        Duration::from_secs(2),
+        move || {
+            let mut cluster = lock(&c3);
+            // The leader every other time: a leader change under load.
+            let n = t2.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let i = if n % 2 == 0 {
+                cluster.leader().unwrap_or(n % 3)
+            } else {
+                n % 3
+            };
+            cluster.kill(i);
+            *lock(&k1) = i;
+        },
+        move || {
+            let i = *lock(&k2);
+            lock(&c4).start_again(i);
+            format!("member {i}")
+        },
+    );
+    Setup {
+        plan,
+        catalogue,
+        keep: vec![Box::new(proxies), Box::new(cluster)],
     }
 }
 

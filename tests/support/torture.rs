@@ -52,6 +52,8 @@ pub struct Plan {
     /// What the URL adds to the bound of an acquire attempt and an extend: `replicas_timeout_ms`
     /// with `replicas=N` (the `WAIT` for the replicas' acknowledgement runs inside the call).
     pub write_allowance: Duration,
+    /// The shortest a server holds a lease ([`CheckConfig::server_hold_floor`]).
+    pub server_hold_floor: Duration,
 }
 
 impl Plan {
@@ -72,6 +74,7 @@ impl Plan {
             handoff_chance: 0.05,
             swaps: true,
             write_allowance: Duration::ZERO,
+            server_hold_floor: Duration::ZERO,
         }
     }
 
@@ -156,6 +159,7 @@ pub fn start(plan: &Plan) -> Run {
         workers,
         config: CheckConfig {
             refusals_may_hold: plan.refusals_may_hold,
+            server_hold_floor: plan.server_hold_floor,
             ..CheckConfig::default()
         },
     }

@@ -2,15 +2,17 @@
 //! never see the raw string except PostgreSQL's connection part, which its driver parses.
 //!
 //! The scheme picks the parser: `file.rs`, `redis.rs` (every Redis scheme, Redlock's and Cluster's
-//! multi-host form included), `postgres.rs`; `params.rs` holds what they share (query parameters,
-//! user info, hosts and ports, password files).
+//! multi-host form included), `postgres.rs`, `mysql.rs`, `etcd.rs`; `params.rs` holds what they
+//! share (query parameters, user info, hosts and ports, password files).
 
+mod etcd;
 mod file;
 mod mysql;
 mod params;
 mod postgres;
 mod redis;
 
+pub use etcd::{EtcdConfig, EtcdEndpoint, DEFAULT_ETCD_PORT, ETCD_PARAMS};
 pub use file::FILE_PARAMS;
 pub use mysql::{
     MysqlConfig, MysqlLockMode, MysqlSslMode, DEFAULT_MYSQL_PORT, DEFAULT_MYSQL_TABLE, MYSQL_PARAMS,
@@ -26,6 +28,7 @@ pub use redis::{
 
 use crate::error::{Error, Result};
 use crate::secret::redact;
+use etcd::parse_etcd;
 use file::parse_file;
 use mysql::parse_mysql;
 use params::{invalid, read_password_file, secret_parts, Query};
@@ -103,6 +106,8 @@ pub enum BackendConfig {
     Postgres(PostgresConfig),
     /// `mysql://` / `mariadb://`
     Mysql(MysqlConfig),
+    /// `etcd://h1,h2,…` (`etcds://` over TLS): the members of one etcd cluster.
+    Etcd(EtcdConfig),
 }
 
 impl Config {
@@ -130,6 +135,7 @@ impl Config {
                 pg.secrets.iter().map(|s| s.expose().to_owned()).collect()
             }
             BackendConfig::Mysql(my) => my.secrets(),
+            BackendConfig::Etcd(etcd) => etcd.secrets(),
         }
     }
 
@@ -194,6 +200,11 @@ impl Config {
                     MysqlLockMode::Table => format!("table {}", my.table),
                 }
             ),
+            BackendConfig::Etcd(etcd) => format!(
+                "{}://{}",
+                if etcd.tls.is_some() { "etcds" } else { "etcd" },
+                etcd.hosts()
+            ),
         }
     }
 }
@@ -252,7 +263,7 @@ fn parse(url: &str) -> Result<Config> {
     }
     let Some((scheme, rest)) = url.split_once("://") else {
         return Err(invalid(
-            "not a backend URL (expected file://, redis://, rediss://, redlock://, postgres://, postgresql://, mysql:// or mariadb://)",
+            "not a backend URL (expected file://, redis://, rediss://, redlock://, postgres://, postgresql://, mysql://, mariadb://, etcd:// or etcds://)",
         ));
     };
     let scheme = scheme.to_ascii_lowercase();
@@ -269,6 +280,12 @@ fn parse(url: &str) -> Result<Config> {
         Scheme::Postgres => accepted.extend(POSTGRES_PARAMS),
         Scheme::File => accepted.extend(FILE_PARAMS),
         Scheme::Mysql => accepted.extend(MYSQL_PARAMS),
+        Scheme::Etcd { tls } => {
+            accepted.extend(ETCD_PARAMS);
+            if tls {
+                accepted.extend(REDIS_TLS_PARAMS);
+            }
+        }
         Scheme::Redis { tls, topology } => {
             accepted.extend(REDIS_PARAMS);
             if tls {
@@ -316,6 +333,7 @@ fn parse(url: &str) -> Result<Config> {
         Scheme::File => parse_file(before_query, &query)?,
         Scheme::Postgres => BackendConfig::Postgres(parse_postgres(&scheme, before_query, &query)?),
         Scheme::Mysql => BackendConfig::Mysql(parse_mysql(before_query, &query)?),
+        Scheme::Etcd { tls } => BackendConfig::Etcd(parse_etcd(tls, before_query, &query)?),
         Scheme::Redis { topology, tls } => {
             let mut backend = parse_redis(topology, tls, before_query, &query)?;
             if let Some(password) = password_file {

@@ -25,6 +25,25 @@ use std::time::{Duration, Instant};
 
 pub(crate) const LONG: Duration = Duration::from_secs(30);
 
+/// How much later than a lease's TTL the backend may free its key, in ms ([`allow_expiry_lag`]).
+static EXPIRY_LAG_MS: AtomicU64 = AtomicU64::new(0);
+
+/// Tells the checks that wait for a lease to expire that the backend frees an expired key up to
+/// `lag` later than its TTL. For etcd: a lease lives for whole seconds and at least the server's
+/// minimum, so another client takes over a short lease only then; the holder still stops relying
+/// on it at its own TTL, which every check keeps asserting. Zero (the default) for the backends
+/// that free a key at its TTL.
+pub fn allow_expiry_lag(lag: Duration) {
+    let ms = u64::try_from(lag.as_millis()).unwrap_or(u64::MAX);
+    EXPIRY_LAG_MS.store(ms, Ordering::Relaxed);
+}
+
+/// Sleeps `d`, which the check chose to outlast a short lease's TTL, plus the backend's lag.
+pub(crate) fn sleep_past_expiry(d: Duration) {
+    let lag = Duration::from_millis(EXPIRY_LAG_MS.load(Ordering::Relaxed));
+    std::thread::sleep(d.saturating_add(lag));
+}
+
 /// One named check; it gets two clients on the same backend.
 pub(crate) type Check = (&'static str, fn(&Client, &Client));
 
@@ -197,7 +216,7 @@ fn extend_by_owner_keeps_the_key(a: &Client, b: &Client) {
 fn expired_lease_is_taken_over(a: &Client, b: &Client) {
     let k = key("expiry");
     let lease = a.try_acquire(&k, Duration::from_millis(100)).unwrap();
-    std::thread::sleep(Duration::from_millis(350));
+    sleep_past_expiry(Duration::from_millis(350));
     assert!(!lease.is_held(), "remaining is local and conservative");
     let taker = b
         .try_acquire(&k, LONG)
@@ -212,7 +231,7 @@ fn expired_lease_is_taken_over(a: &Client, b: &Client) {
 fn late_release_is_lost_and_holder_keeps_key(a: &Client, b: &Client) {
     let k = key("late-release");
     let mut stale = a.try_acquire(&k, Duration::from_millis(100)).unwrap();
-    std::thread::sleep(Duration::from_millis(350));
+    sleep_past_expiry(Duration::from_millis(350));
     let holder = b.try_acquire(&k, LONG).unwrap();
     let err = stale.release_in_place().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
@@ -229,7 +248,7 @@ fn late_release_is_lost_and_holder_keeps_key(a: &Client, b: &Client) {
 fn late_extend_is_lost(a: &Client, b: &Client) {
     let k = key("late-extend");
     let mut stale = a.try_acquire(&k, Duration::from_millis(100)).unwrap();
-    std::thread::sleep(Duration::from_millis(350));
+    sleep_past_expiry(Duration::from_millis(350));
     let holder = b.try_acquire(&k, LONG).unwrap();
     assert_eq!(kind(stale.extend(LONG)), ErrorKind::Lost);
     assert_eq!(stale.remaining(), Duration::ZERO);
@@ -507,7 +526,7 @@ fn stats_count_what_happens(a: &Client, b: &Client) {
     lease.extend(LONG).unwrap();
     lease.release().unwrap();
     let stale = a.try_acquire(&k, Duration::from_millis(50)).unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    sleep_past_expiry(Duration::from_millis(200));
     let taker = b.try_acquire(&k, LONG).unwrap();
     assert_eq!(kind(stale.release()), ErrorKind::Lost);
     taker.release().unwrap();

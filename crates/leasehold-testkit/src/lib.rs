@@ -1,6 +1,7 @@
-//! Real servers for tests: each test binary starts its own `redis-server` (and PostgreSQL) on a free
-//! loopback port in a temporary directory, never the shared default ports, so runs cannot disturb each
-//! other. A missing server binary is a test failure, not a skip: CI must really run these tests.
+//! Real servers for tests: each test binary starts its own `redis-server` (and PostgreSQL, MariaDB, a
+//! three-member etcd cluster) on free loopback ports in a temporary directory, never the shared
+//! default ports, so runs cannot disturb each other. A missing server binary is a test failure, not a
+//! skip: CI must really run these tests.
 //!
 //! The fault harness: [`FaultProxy`] between a client and a server, a [`History`] of every operation
 //! and a [`check`]er of what a lock service must never do (see [`checker`]).
@@ -9,6 +10,7 @@
 //! check of the critical sections they log), with the C library and C programs from [`ffi`].
 
 pub mod checker;
+mod etcd;
 pub mod ffi;
 mod fork;
 pub mod generator;
@@ -24,6 +26,7 @@ mod store;
 mod tempdir;
 
 pub use checker::{check, CheckConfig, FencedStore, Report};
+pub use etcd::{EtcdCluster, EtcdMember, EtcdTls};
 pub use fork::in_child;
 pub use generator::{Catalogue, Generator, Schedule};
 pub use history::{Belief, History, Mode, Op, OpKind, Outcome, Snapshot};

@@ -72,7 +72,7 @@ impl MariaDbServer {
 
     fn start_with(args: Vec<String>, extra_sql: &str) -> MariaDbServer {
         let base = data_base();
-        remove_stale_dirs(&base);
+        remove_stale_dirs(&base, "mariadb");
         let dir = TempDir::new_in(&base, "mariadb");
         let data = dir.path().join("data");
         let bootstrap = || {
@@ -348,7 +348,7 @@ fn tool(name: &str) -> PathBuf {
 /// Where data directories go: a RAM file system when there is one (`/dev/shm`), since DDL and
 /// commits sync files and the tests' timings should not depend on a disk shared with other work;
 /// the system temp dir otherwise. A `kill -9` of the server keeps what it wrote either way.
-fn data_base() -> PathBuf {
+pub(crate) fn data_base() -> PathBuf {
     let shm = PathBuf::from("/dev/shm");
     if std::fs::metadata(&shm).is_ok_and(|m| m.is_dir()) {
         shm
@@ -358,8 +358,8 @@ fn data_base() -> PathBuf {
 }
 
 /// Data directories of test processes that died without cleaning up (the shared server's is never
-/// dropped): `leasehold-test-mariadb:PID:…` whose PID is gone.
-fn remove_stale_dirs(base: &std::path::Path) {
+/// dropped): `leasehold-test-<label>:PID:…` whose PID is gone.
+pub(crate) fn remove_stale_dirs(base: &std::path::Path, label: &str) {
     let Ok(entries) = std::fs::read_dir(base) else {
         return;
     };
@@ -367,7 +367,7 @@ fn remove_stale_dirs(base: &std::path::Path) {
         let name = entry.file_name();
         let Some(rest) = name
             .to_str()
-            .and_then(|n| n.strip_prefix("leasehold-test-mariadb:"))
+            .and_then(|n| n.strip_prefix(&format!("leasehold-test-{label}:")))
         else {
             continue;
         };

@@ -95,6 +95,7 @@ pub(super) enum Scheme {
     Redis { topology: Topology, tls: bool },
     Postgres,
     Mysql,
+    Etcd { tls: bool },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,6 +123,8 @@ impl Scheme {
         "postgresql",
         "mysql",
         "mariadb",
+        "etcd",
+        "etcds",
         "valkey",
         "valkeys",
         "valkey+unix",
@@ -142,6 +145,8 @@ impl Scheme {
             "file" => Some(Scheme::File),
             "postgres" | "postgresql" => Some(Scheme::Postgres),
             "mysql" | "mariadb" => Some(Scheme::Mysql),
+            "etcd" => Some(Scheme::Etcd { tls: false }),
+            "etcds" => Some(Scheme::Etcd { tls: true }),
             "redis" => redis(Topology::Single, false),
             "rediss" => redis(Topology::Single, true),
             "redis+unix" => redis(Topology::Unix, false),
@@ -190,39 +195,41 @@ pub(super) fn redis_options(
             )))
         }
     };
-    let tls = tls
-        .then(|| -> Result<TlsOptions> {
-            let path = |name: &str| query.get(name).map(PathBuf::from);
-            let insecure = match query.get("tls_insecure") {
-                None | Some("false") => false,
-                Some("true") => true,
-                Some(other) => {
-                    return Err(invalid(format!(
-                        "`tls_insecure` must be `true` or `false`, got `{}`",
-                        other.escape_debug()
-                    )))
-                }
-            };
-            let options = TlsOptions {
-                ca_file: path("tls_ca_file"),
-                cert_file: path("tls_cert_file"),
-                key_file: path("tls_key_file"),
-                insecure,
-            };
-            if options.cert_file.is_some() != options.key_file.is_some() {
-                return Err(invalid(
-                    "a client certificate needs both `tls_cert_file` and `tls_key_file`",
-                ));
-            }
-            Ok(options)
-        })
-        .transpose()?;
+    let tls = tls.then(|| tls_options(query)).transpose()?;
     Ok(RedisOptions {
         replicas,
         replicas_timeout,
         tls,
         allow_eviction,
     })
+}
+
+/// `tls_ca_file`, `tls_cert_file`, `tls_key_file` and `tls_insecure`, as every TLS scheme but
+/// PostgreSQL's and MySQL's takes them.
+pub(super) fn tls_options(query: &Query) -> Result<TlsOptions> {
+    let path = |name: &str| query.get(name).map(PathBuf::from);
+    let insecure = match query.get("tls_insecure") {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(invalid(format!(
+                "`tls_insecure` must be `true` or `false`, got `{}`",
+                other.escape_debug()
+            )))
+        }
+    };
+    let options = TlsOptions {
+        ca_file: path("tls_ca_file"),
+        cert_file: path("tls_cert_file"),
+        key_file: path("tls_key_file"),
+        insecure,
+    };
+    if options.cert_file.is_some() != options.key_file.is_some() {
+        return Err(invalid(
+            "a client certificate needs both `tls_cert_file` and `tls_key_file`",
+        ));
+    }
+    Ok(options)
 }
 
 impl BackendConfig {

@@ -180,7 +180,7 @@ fn expired_reader_frees_its_share_only(a: &Client, b: &Client) {
         .try_acquire_shared(&k, Duration::from_millis(100))
         .unwrap();
     let long = b.try_acquire_shared(&k, LONG).unwrap();
-    std::thread::sleep(Duration::from_millis(350));
+    super::sleep_past_expiry(Duration::from_millis(350));
     assert_eq!(
         kind(a.try_acquire(&k, LONG)),
         ErrorKind::NotAcquired,
@@ -192,7 +192,7 @@ fn expired_reader_frees_its_share_only(a: &Client, b: &Client) {
     let stale = a
         .try_acquire_shared(&k, Duration::from_millis(100))
         .unwrap();
-    std::thread::sleep(Duration::from_millis(350));
+    super::sleep_past_expiry(Duration::from_millis(350));
     let w = b.try_acquire(&k, LONG).expect("expired reader is gone");
     assert_eq!(kind(stale.release()), ErrorKind::Lost);
     w.release().unwrap();
@@ -266,7 +266,7 @@ fn shared_extend_is_owner_only(a: &Client, b: &Client) {
     let mut stale = a
         .try_acquire_shared(&k, Duration::from_millis(100))
         .unwrap();
-    std::thread::sleep(Duration::from_millis(350));
+    super::sleep_past_expiry(Duration::from_millis(350));
     assert_eq!(
         kind(stale.extend(LONG)),
         ErrorKind::Lost,
@@ -315,7 +315,7 @@ fn expired_permit_is_reclaimed(a: &Client, b: &Client) {
     let mut short = a
         .try_acquire_permit(&k, 1, Duration::from_millis(100))
         .unwrap();
-    std::thread::sleep(Duration::from_millis(350));
+    super::sleep_past_expiry(Duration::from_millis(350));
     let next = b
         .try_acquire_permit(&k, 1, LONG)
         .expect("the next acquire reclaims an expired permit");
@@ -431,7 +431,7 @@ fn a_semaphore_refuses_another_size_while_held(a: &Client, b: &Client) {
     a.try_acquire_permit(&k, 2, Duration::from_millis(300))
         .unwrap()
         .forget();
-    std::thread::sleep(Duration::from_millis(500));
+    super::sleep_past_expiry(Duration::from_millis(500));
     b.try_acquire_permit(&k, 4, LONG)
         .expect("an expired holder does not keep its size")
         .release()

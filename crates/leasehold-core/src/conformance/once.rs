@@ -150,7 +150,7 @@ fn a_stale_holder_cannot_record(a: &Client, b: &Client) {
     let k = key("once-stale");
     let stale = a.once_lock(&k, Duration::from_millis(300), LONG).unwrap();
     stale.once_started(KEEP).unwrap();
-    std::thread::sleep(Duration::from_millis(400));
+    super::sleep_past_expiry(Duration::from_millis(400));
     // The next holder finds the attempt incomplete, checks, and records the truth.
     let newer = b.once_lock(&k, LONG, LONG).unwrap();
     assert!(matches!(

@@ -145,7 +145,7 @@ fn promote_and_demote_check_the_kind(a: &Client, _b: &Client) {
     let mut short = a
         .try_acquire_shared(&k, Duration::from_millis(100))
         .unwrap();
-    std::thread::sleep(Duration::from_millis(400));
+    super::sleep_past_expiry(Duration::from_millis(400));
     let w = a.try_acquire(&k, LONG).expect("the reader expired");
     assert_eq!(kind(short.promote(Duration::ZERO)), ErrorKind::Lost);
     assert_eq!(short.remaining(), Duration::ZERO);

@@ -78,7 +78,7 @@ fn restore_of_a_gone_lease_is_lost(a: &Client, b: &Client) {
     let k = key("restore-gone");
     let short = a.try_acquire(&k, Duration::from_millis(100)).unwrap();
     let token = short.token();
-    std::thread::sleep(Duration::from_millis(350));
+    super::sleep_past_expiry(Duration::from_millis(350));
     assert_eq!(
         kind(b.restore(&k, token.as_str())),
         ErrorKind::Lost,

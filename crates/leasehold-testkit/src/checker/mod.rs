@@ -47,6 +47,11 @@ pub struct CheckConfig {
     /// Redlock, whose failed rounds give back what they took, but cannot reach a node that stopped
     /// answering (the leftover then blocks others until it expires, which is the promise).
     pub refusals_may_hold: bool,
+    /// The shortest a server holds a lease, whatever its TTL: etcd's leases last whole seconds
+    /// and at least the server's minimum, and end when etcd's expiry check next runs (0 for the
+    /// backends that end a lease at its TTL). Only the liveness checks (stranded refusals, late
+    /// grants) use it; what holders believed is judged by their own TTL as for every backend.
+    pub server_hold_floor: Duration,
     /// Examples kept per finding (all are counted).
     pub max_examples: usize,
 }
@@ -55,6 +60,7 @@ impl Default for CheckConfig {
     fn default() -> Self {
         CheckConfig {
             refusals_may_hold: false,
+            server_hold_floor: Duration::ZERO,
             max_examples: 5,
         }
     }
@@ -446,7 +452,8 @@ fn possible_hold(ops: &[Op], a: OpId, related: &[OpId], config: &CheckConfig) ->
     }
     let slack = STRANDED_SLACK;
     let forever = Duration::MAX / 4;
-    let mut until = acq.complete.map_or(forever, |c| c + acq.ttl + slack);
+    let held = |ttl: Duration| ttl.max(config.server_hold_floor);
+    let mut until = acq.complete.map_or(forever, |c| c + held(acq.ttl) + slack);
     for &i in related {
         let op = &ops[i];
         match (op.kind, op.outcome) {
@@ -464,7 +471,7 @@ fn possible_hold(ops: &[Op], a: OpId, related: &[OpId], config: &CheckConfig) ->
                 OpKind::Extend | OpKind::Promote | OpKind::Demote,
                 Outcome::Ok | Outcome::Unknown | Outcome::Pending,
             ) => {
-                until = until.max(op.complete.map_or(forever, |c| c + op.ttl + slack));
+                until = until.max(op.complete.map_or(forever, |c| c + held(op.ttl) + slack));
             }
             (OpKind::Release, Outcome::Pending) => until = forever,
             _ => {}
