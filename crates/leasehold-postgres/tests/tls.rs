@@ -361,7 +361,10 @@ fn an_advisory_lease_over_tls_is_dropped_when_its_session_is_terminated() {
     let lease = c.try_acquire(&key, Duration::from_secs(30)).unwrap();
     let until = Instant::now() + Duration::from_millis(300);
     while Instant::now() < until {
-        assert!(lease.remaining() > Duration::ZERO, "an idle TLS session's lease");
+        assert!(
+            lease.remaining() > Duration::ZERO,
+            "an idle TLS session's lease"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
     let mut admin = postgres::Client::connect(&s.good.url(), NoTls).unwrap();
