@@ -444,6 +444,7 @@ pub fn postgres(mode: &str, seed: u64, duration: Duration) -> Setup {
     let table = mode == "table";
     if !table {
         plan.handoff_chance = 0.0;
+        plan.work_share = 1;
     }
     let mut catalogue = Catalogue::new();
     catalogue.proxy_faults(&proxies, plan.io_timeout, table);
@@ -458,7 +459,7 @@ pub fn postgres(mode: &str, seed: u64, duration: Duration) -> Setup {
     catalogue.add(
         "pg_terminate_backend of every client session",
         "server",
-        Duration::from_secs(3),
+        kill_every(table),
         Duration::ZERO,
         Duration::ZERO,
         Duration::ZERO,
@@ -469,6 +470,16 @@ pub fn postgres(mode: &str, seed: u64, duration: Duration) -> Setup {
         catalogue,
         keep: vec![Box::new(proxies), Box::new(server)],
         session_ends,
+    }
+}
+
+/// How often every client session is ended: more often where that ends every lease (session-held
+/// modes), whose holders are judged on what they believe after.
+fn kill_every(table: bool) -> Duration {
+    if table {
+        Duration::from_secs(3)
+    } else {
+        Duration::from_millis(1500)
     }
 }
 
@@ -528,6 +539,7 @@ pub fn mysql(mode: &str, seed: u64, duration: Duration) -> Setup {
         plan.shared = false;
         plan.swaps = false;
         plan.handoff_chance = 0.0;
+        plan.work_share = 1;
     }
     let mut catalogue = Catalogue::new();
     catalogue.proxy_faults(&proxies, plan.io_timeout, table);
@@ -542,7 +554,7 @@ pub fn mysql(mode: &str, seed: u64, duration: Duration) -> Setup {
     catalogue.add(
         "KILL CONNECTION of every worker session",
         "server",
-        Duration::from_secs(3),
+        kill_every(table),
         Duration::ZERO,
         Duration::ZERO,
         Duration::ZERO,
