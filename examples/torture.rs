@@ -128,6 +128,7 @@ fn for_url(url: &str, seed: u64, duration: Duration) -> scenarios::Setup {
         plan,
         catalogue,
         keep: vec![Box::new(proxies)],
+        session_ends: scenarios::SessionEnds::default(),
     }
 }
 

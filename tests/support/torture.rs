@@ -54,6 +54,10 @@ pub struct Plan {
     pub write_allowance: Duration,
     /// The shortest a server holds a lease ([`CheckConfig::server_hold_floor`]).
     pub server_hold_floor: Duration,
+    /// How much of what is left of a lease a holder works on it at most (a quarter by default):
+    /// longer where leases live in sessions that faults end, so that holders are at work, looking
+    /// at what is left, when another client is granted the key.
+    pub work_share: u64,
 }
 
 impl Plan {
@@ -75,6 +79,7 @@ impl Plan {
             swaps: true,
             write_allowance: Duration::ZERO,
             server_hold_floor: Duration::ZERO,
+            work_share: 4,
         }
     }
 
@@ -336,7 +341,8 @@ fn hold(w: usize, plan: &Plan, rng: &mut fastrand::Rng, sh: &Shared, held: Held,
         std::thread::sleep(MAX_TTL + Duration::from_millis(rng.u64(1..=50)));
     } else {
         let remaining = lease.remaining().as_millis() as u64;
-        std::thread::sleep(Duration::from_millis(rng.u64(0..=remaining / 4)));
+        let share = remaining / plan.work_share.max(1);
+        work(h, id, &lease, Duration::from_millis(rng.u64(0..=share)));
         if rng.u8(..5) == 0 {
             let new_ttl = random_ttl(rng);
             let op = Op::extend(w, key, id, new_ttl, plan.extend_bound());
@@ -392,6 +398,22 @@ fn hold(w: usize, plan: &Plan, rng: &mut fastrand::Rng, sh: &Shared, held: Held,
         // A release of unknown outcome: the key runs out at its TTL. Detaching (rather than
         // dropping, which would try again) keeps this one call per release, within its bound.
         lease.forget();
+    }
+}
+
+/// Works on the lease for `time`, as a careful holder does: in steps, looking at what is left
+/// before each (a belief), so a lease that ends meanwhile (a session ended by someone else) is
+/// judged on what its holder believed then, not only after its next call.
+fn work(h: &History, id: OpId, lease: &Lease, time: Duration) {
+    const STEP: Duration = Duration::from_millis(5);
+    let end = Instant::now() + time;
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        std::thread::sleep(left.min(STEP));
+        h.believe(id, || lease.remaining());
     }
 }
 

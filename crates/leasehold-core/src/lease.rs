@@ -9,6 +9,7 @@ use crate::keepalive::{self, Entry, Next, Renew};
 use crate::key::Key;
 use crate::kind::LeaseKind;
 use crate::raw_lease::RawLease;
+use crate::session_watch::SessionWatch;
 use crate::stats::{Event, Stats};
 use crate::token::Token;
 use crate::ttl::Ttl;
@@ -53,6 +54,11 @@ pub(crate) struct LeaseCell {
     /// What ends a promote's wait early: the client's interrupt switch and signals.
     waits: Interruptible,
     deadline: PublishedDeadline,
+    /// The watch on the database session that holds the lease, for the modes where one does
+    /// (PostgreSQL advisory, MySQL named): asked by every read of the remaining time, so that a
+    /// session ended by the server or an administrator is not relied on for a moment longer than
+    /// its goodbye takes to arrive.
+    session: Option<Arc<SessionWatch>>,
     state: Mutex<LeaseState>,
 }
 
@@ -261,6 +267,7 @@ impl Lease {
             acquired_at: Instant::now(),
             lock_delay,
             deadline: PublishedDeadline(AtomicU64::new(0)),
+            session: raw.session_watch().cloned(),
             state: Mutex::new(LeaseState {
                 raw,
                 ttl,
@@ -309,20 +316,42 @@ impl Lease {
     }
 
     /// Time left on the monotonic clock minus the drift allowance; zero once expired, lost or
-    /// released. Makes no network call and never waits.
+    /// released, and for a lease held by a database session (PostgreSQL advisory, MySQL named)
+    /// also while anything that arrived unasked on that session's connection, or its close, has
+    /// not been followed by an answered call (see [`crate::session_watch`]). Makes no network
+    /// call and never waits (for such a lease it polls the session's socket: one system call).
     pub fn remaining(&self) -> Duration {
-        self.cell.deadline.remaining()
+        let left = self.cell.deadline.remaining();
+        match &self.cell.session {
+            Some(session) if !left.is_zero() && !session.quiet() => Duration::ZERO,
+            _ => left,
+        }
     }
 
-    /// True until the lease is released, lost, or its local deadline has passed.
+    /// Why the session watch makes the lease unproven now, if it does.
+    fn session_unproven(&self) -> Option<&'static str> {
+        let session = self.cell.session.as_ref()?;
+        if session.quiet() {
+            return None;
+        }
+        Some(if session.is_closed() {
+            "the connection of the session that holds it closed (the server frees the key with it)"
+        } else {
+            "something arrived unasked on the connection of the session that holds it (the server              or an administrator may have ended the session, which frees the key): it is not              relied on until a call on the session is answered"
+        })
+    }
+
+    /// True until the lease is released, lost, or its local deadline has passed (and, for a lease
+    /// held by a database session, while [`Lease::remaining`] says the session is not in doubt).
     pub fn is_held(&self) -> bool {
         !self.remaining().is_zero()
     }
 
     /// A long job's checkpoint between two steps: `Ok` while the lease is held with at least
     /// `margin` left; `Lost` when it was lost or released, when its latest keep-alive renewal failed
-    /// (the lease may be gone: stop before relying on it), or when less than `margin` is left, so
-    /// the job stops before the lease runs out rather than after. Makes no network call.
+    /// (the lease may be gone: stop before relying on it), when the database session that holds it
+    /// may have ended (see [`Lease::remaining`]), or when less than `margin` is left, so the job
+    /// stops before the lease runs out rather than after. Makes no network call.
     /// `InvalidArgument` in a fork() child for a lease the parent took.
     pub fn checkpoint(&self, margin: Duration) -> Result<()> {
         self.check_owner()?;
@@ -336,7 +365,12 @@ impl Lease {
             )));
         }
         drop(state);
-        let left = self.remaining();
+        let left = self.cell.deadline.remaining();
+        if !left.is_zero() {
+            if let Some(why) = self.session_unproven() {
+                return Err(Error::Lost(format!("lease not proven: {why}")));
+            }
+        }
         if left.is_zero() {
             return Err(Error::Lost(
                 "the lease has run out, or a call found it lost or of unknown outcome".into(),

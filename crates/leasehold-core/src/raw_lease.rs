@@ -3,10 +3,12 @@
 use crate::clock::BootTime;
 use crate::key::Key;
 use crate::kind::LeaseKind;
+use crate::session_watch::SessionWatch;
 use crate::token::Token;
 use crate::ttl::Ttl;
 use std::any::Any;
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What a backend hands out on acquisition and later works on for release and extend: key, token, fence,
@@ -20,6 +22,9 @@ pub struct RawLease {
     fence: u64,
     deadline: BootTime,
     kind: LeaseKind,
+    /// For a lease held by a database session: how core tells, between calls, that the session
+    /// may have ended ([`RawLease::watch_session`]).
+    session: Option<Arc<SessionWatch>>,
     /// Backend-specific state, for example the database session that holds an advisory lock.
     pub state: Option<Box<dyn Any + Send>>,
 }
@@ -33,6 +38,7 @@ impl RawLease {
             fence,
             deadline: BootTime::from_instant(ttl.deadline_from(sent)),
             kind: LeaseKind::Exclusive,
+            session: None,
             state: None,
         }
     }
@@ -55,6 +61,7 @@ impl RawLease {
             fence,
             deadline: BootTime::from_instant(sent.checked_add(valid).unwrap_or(sent)),
             kind: LeaseKind::Exclusive,
+            session: None,
             state: None,
         }
     }
@@ -77,6 +84,21 @@ impl RawLease {
     /// The fence of a promotion's grant.
     pub fn set_fence(&mut self, fence: u64) {
         self.fence = fence;
+    }
+
+    /// For a lease that a database session holds (the server frees the key when the session
+    /// ends): the watch on that session's socket, which [`crate::Lease::remaining`] and
+    /// [`crate::Lease::checkpoint`] ask before relying on the deadline, so that the holder stops
+    /// relying on the lease as soon as the session's end reaches its socket, with no round trip
+    /// (see [`SessionWatch`]). Attached before the lease is handed out; core reads it once then.
+    pub fn watch_session(mut self, watch: Arc<SessionWatch>) -> Self {
+        self.session = Some(watch);
+        self
+    }
+
+    /// The watch on the session that holds the lease, if the backend attached one.
+    pub fn session_watch(&self) -> Option<&Arc<SessionWatch>> {
+        self.session.as_ref()
     }
 
     pub fn with_state(mut self, state: impl Any + Send) -> Self {
@@ -143,7 +165,8 @@ impl RawLease {
         self.deadline = self.deadline.min(BootTime::now());
     }
 
-    /// Time left, conservatively; zero once expired.
+    /// Time left, conservatively; zero once expired. The deadline only: the holder's view, with
+    /// the session watch, is [`crate::Lease::remaining`].
     pub fn remaining(&self) -> Duration {
         self.deadline.remaining()
     }

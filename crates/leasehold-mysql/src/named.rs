@@ -311,6 +311,7 @@ impl Named {
         Ok(Turn::Granted(
             RawLease::new(ask.key.clone(), token, fence, ask.ttl, sent)
                 .with_kind(LeaseKind::Exclusive)
+                .watch_session(conn.watch())
                 .with_state(Held {
                     conn,
                     name: name.to_owned(),
@@ -399,6 +400,7 @@ impl Named {
         Ok(Turn::Granted(
             RawLease::new(ask.key.clone(), token, fence as u64, ask.ttl, sent)
                 .with_kind(LeaseKind::Permit(permits))
+                .watch_session(conn.watch())
                 .with_state(Held {
                     conn,
                     name: name.to_owned(),
@@ -416,6 +418,8 @@ impl Named {
                 "the session that held this named lock is gone".into(),
             ));
         };
+        // The lease is over for its holder whatever the release finds.
+        held.conn.unwatch();
         let n = quoted(&held.name);
         let f = &self.fences;
         // The row first (it names this session as the holder), then the lock: an acquirer that

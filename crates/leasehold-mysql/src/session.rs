@@ -12,13 +12,14 @@ use crate::{tls, watchdog};
 use leasehold_core::config::MysqlConfig;
 use leasehold_core::pool::{ManageConnection, Pool, PoolError, PooledConnection};
 use leasehold_core::resolve::resolve;
-use leasehold_core::{Deadline, Error, Result};
+use leasehold_core::{Deadline, Error, Result, SessionWatch};
 use mysql::consts::CapabilityFlags;
 use mysql::prelude::Queryable;
 use mysql::{Conn, OptsBuilder, SslOpts, Value};
 use mysql_common::proto::codec::error::PacketCodecError as mysql_common_io;
 use std::fmt;
 use std::os::fd::{AsRawFd, BorrowedFd};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What the server sends back for one statement of a batch.
@@ -143,6 +144,40 @@ pub(crate) struct Session {
     /// Whether a round trip ever ran on it: a session taken from the pool's idle list may have
     /// gone stale meanwhile (a server restart), a new one has not.
     pub used: bool,
+    /// The watch of the lease this session holds ([`Session::watch`]), told of every round trip.
+    watch: Option<Arc<SessionWatch>>,
+}
+
+impl Session {
+    /// A watch on this session for the lease it now holds (see [`SessionWatch`]): told of every
+    /// round trip from now on, and closed before the connection is. A watch attached before is
+    /// closed first.
+    pub fn watch(&mut self) -> Arc<SessionWatch> {
+        self.unwatch();
+        let fd = if self.broken {
+            -1
+        } else {
+            self.conn.as_raw_fd()
+        };
+        let watch = SessionWatch::new(fd);
+        self.watch = Some(watch.clone());
+        watch
+    }
+
+    /// The session no longer holds a lease that relies on it: its watch is closed (the lease is
+    /// over) and no longer told of round trips.
+    pub fn unwatch(&mut self) {
+        if let Some(watch) = self.watch.take() {
+            watch.closed();
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // Before the connection (dropped after this) closes the socket.
+        self.unwatch();
+    }
 }
 
 impl Session {
@@ -164,11 +199,19 @@ impl Session {
                 "cannot set the socket's timeouts: {e}"
             )));
         }
+        // What arrives from now on is asked for: the lease's watch does not look meanwhile.
+        if let Some(watch) = &self.watch {
+            watch.call_begins();
+        }
         // Socket timeouts bound each read; the watchdog bounds the round trip as a whole.
         let guard = watchdog::watch(self.conn.as_raw_fd(), Instant::now() + budget);
         let outcome = self.run(sql);
         let fired = guard.as_ref().is_some_and(|g| g.fired());
         drop(guard);
+        if let Some(watch) = &self.watch {
+            // A failed round trip leaves the lease's outcome to the caller (it ends the session).
+            watch.call_ends(outcome.is_ok() && !fired);
+        }
         let outcome = if fired {
             Err(Failure::Timeout)
         } else {
@@ -275,6 +318,7 @@ impl ManageConnection for Manager {
             io_timeout: self.io_timeout,
             broken: false,
             used: false,
+            watch: None,
         })
     }
 

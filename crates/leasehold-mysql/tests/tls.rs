@@ -102,6 +102,47 @@ fn refused(url: &str, expect: &str) {
     );
 }
 
+/// Over TLS too, a held named lease is dropped as soon as its killed session's close reaches the
+/// socket (TLS wraps the socket the watch polls).
+fn killed_over_tls(url: &str, admin_url: &str) {
+    use mysql::prelude::Queryable;
+    let client = connect(url).unwrap();
+    let key = unique_key("tls-killed");
+    let lease = client.try_acquire(&key, Duration::from_secs(30)).unwrap();
+    let until = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < until {
+        assert!(
+            lease.remaining() > Duration::ZERO,
+            "an idle TLS session's lease"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut admin = mysql::Conn::new(mysql::Opts::from_url(admin_url).unwrap()).unwrap();
+    let name = leasehold_mysql::lock_name(format!("leasehold:{key}").as_bytes());
+    let session: u64 = admin
+        .query_first::<Option<u64>, _>(format!("SELECT IS_USED_LOCK('{name}')"))
+        .unwrap()
+        .flatten()
+        .expect("the key's lock is held");
+    admin
+        .query_drop(format!("KILL CONNECTION {session}"))
+        .unwrap();
+    let killed = Instant::now();
+    while !lease.remaining().is_zero() {
+        assert!(
+            killed.elapsed() < Duration::from_millis(500),
+            "the holder still relies on its lease {:?} after its session was killed",
+            killed.elapsed()
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    eprintln!("dropped {:?} after the kill", killed.elapsed());
+    assert_eq!(
+        lease.checkpoint(Duration::ZERO).unwrap_err().kind(),
+        ErrorKind::Lost
+    );
+}
+
 #[test]
 fn tls_modes_and_client_certificates() {
     let dir = tempfile::tempdir().unwrap();
@@ -136,6 +177,7 @@ fn tls_modes_and_client_certificates() {
             p("client.key")
         ));
     }
+    killed_over_tls(&format!("{base}?lock=named&ssl-mode=REQUIRED"), &base);
     // The account that needs a client certificate is refused without one, and in plain text.
     refused(&format!("{x509}?ssl-mode=REQUIRED"), "Access denied");
     refused(&x509, "Access denied");

@@ -247,15 +247,21 @@ impl Advisory {
                 return Err(e);
             }
         };
-        let lease = RawLease::new(key.clone(), token, fence as u64, ttl, sent).with_state(Held {
-            conn,
-            id,
-            shared,
-            permit,
-            pid: leasehold_core::fork::pid(),
-            dead: false,
-            ttl_ends: ttl.deadline_from(sent),
-        });
+        // The server frees the lock the moment the session ends (an administrator, a shutdown, its
+        // idle timeout): the holder stops relying on it when the session's goodbye reaches the
+        // socket, not at its next call.
+        let watch = conn.watch();
+        let lease = RawLease::new(key.clone(), token, fence as u64, ttl, sent)
+            .watch_session(watch)
+            .with_state(Held {
+                conn,
+                id,
+                shared,
+                permit,
+                pid: leasehold_core::fork::pid(),
+                dead: false,
+                ttl_ends: ttl.deadline_from(sent),
+            });
         Ok(if shared {
             lease.with_kind(LeaseKind::Shared)
         } else {
@@ -267,6 +273,8 @@ impl Advisory {
         let Some(mut held) = take_held(lease)? else {
             return Err(gone("its session is gone"));
         };
+        // The lease is over for its holder whatever the release finds.
+        held.conn.unwatch();
         if held.dead {
             return Err(gone("a call on its session timed out"));
         }
@@ -325,7 +333,10 @@ impl Advisory {
             // A call on it timed out: the lease was lost already. Closing frees what it may hold.
             return;
         }
-        let Held { conn, ttl_ends, .. } = held;
+        let Held {
+            mut conn, ttl_ends, ..
+        } = held;
+        conn.unwatch();
         if let Some(session) = conn.detach() {
             keep_detached(session, ttl_ends, ttl.drift());
         }

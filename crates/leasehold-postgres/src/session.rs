@@ -16,11 +16,12 @@ use crate::tls::{Connector, Tls};
 use leasehold_core::config::PostgresSslMode;
 use leasehold_core::fork::PerProcess;
 use leasehold_core::pool::{ManageConnection, Pool, PoolError, PooledConnection};
-use leasehold_core::{Deadline, Error, Result};
+use leasehold_core::{Deadline, Error, Result, SessionWatch};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
@@ -126,11 +127,56 @@ pub(crate) struct Session {
     pub reused: bool,
     /// A call on it timed out: it must not even be given time to close.
     timed_out: bool,
+    /// The connection's socket (under TLS too: TLS wraps the same descriptor), taken before the
+    /// stream went to the driver. Only ever polled through [`Session::watch`]'s watch.
+    fd: RawFd,
+    /// The watch of the lease this session holds ([`Session::watch`]), told of every call.
+    watch: Option<Arc<SessionWatch>>,
 }
 
 impl Session {
     fn client(&self) -> &Client {
         self.client.as_ref().expect("client present until drop")
+    }
+
+    /// A watch on this session for the lease it now holds (see [`SessionWatch`]): told of every
+    /// call from now on, and closed before the connection is (or as soon as the driver may have
+    /// closed it). A watch attached before is closed first.
+    pub fn watch(&mut self) -> Arc<SessionWatch> {
+        self.unwatch();
+        let fd = if self.is_closed() { -1 } else { self.fd };
+        let watch = SessionWatch::new(fd);
+        self.watch = Some(watch.clone());
+        watch
+    }
+
+    /// The session no longer holds a lease that relies on it: its watch is closed (the lease is
+    /// over) and no longer told of calls.
+    pub fn unwatch(&mut self) {
+        if let Some(watch) = self.watch.take() {
+            watch.closed();
+        }
+    }
+
+    /// Before a round trip (or any turn of the driver): the watch stops looking, since what
+    /// arrives now is asked for.
+    fn call_begins(&self) {
+        if let Some(watch) = &self.watch {
+            watch.call_begins();
+        }
+    }
+
+    /// After it: `answered` when the server answered. The driver ends its task, and closes the
+    /// socket, when the connection fails or the server sends something unasked that ends it (a
+    /// FATAL error while idle): the socket's number is not the session's any more then.
+    fn call_ends(&self, answered: bool) {
+        if let Some(watch) = &self.watch {
+            if self.client().is_closed() {
+                watch.closed();
+            } else {
+                watch.call_ends(answered);
+            }
+        }
     }
 
     /// Runs `sql` (simple query protocol: several statements, one round trip) within the I/O timeout
@@ -186,8 +232,10 @@ impl Session {
             .as_ref()
             .map(|channel| format!("UNLISTEN \"{channel}\"; {sql}"));
         let sent = unlisten.as_deref().unwrap_or(sql);
+        self.call_begins();
         let outcome = runtime
             .block_on(async { tokio::time::timeout(budget, client.simple_query(sent)).await });
+        self.call_ends(matches!(outcome, Ok(Ok(_))));
         match outcome {
             Ok(Ok(messages)) => {
                 let mut statements = vec![Vec::new()];
@@ -240,6 +288,7 @@ impl Session {
         }
         let client = self.client.as_ref().expect("client present until drop");
         let runtime = self.runtime.as_ref().expect("runtime present until drop");
+        self.call_begins();
         let slot = &mut self.prepared[statement.slot];
         let outcome = runtime.block_on(async {
             tokio::time::timeout(budget, async {
@@ -251,6 +300,7 @@ impl Session {
             })
             .await
         });
+        self.call_ends(matches!(outcome, Ok(Ok(_))));
         match outcome {
             Ok(Ok(rows)) => Ok(rows),
             Ok(Err(e)) => {
@@ -285,7 +335,9 @@ impl Session {
     pub fn drain_notifications(&mut self) {
         if let Some(runtime) = &self.runtime {
             // One turn of the connection task reads whatever the socket holds.
+            self.call_begins();
             runtime.block_on(tokio::task::yield_now());
+            self.call_ends(false);
         }
         while self.notifications.try_recv().is_ok() {}
     }
@@ -294,9 +346,11 @@ impl Session {
     /// an error when the connection closed.
     pub fn wait_notification(&mut self, nap: Duration) -> Result<bool, Failure> {
         let runtime = self.runtime.as_ref().expect("runtime present until drop");
+        self.call_begins();
         let notifications = &mut self.notifications;
         let woke =
             runtime.block_on(async { tokio::time::timeout(nap, notifications.recv()).await });
+        self.call_ends(false);
         match woke {
             Ok(Some(_)) => Ok(true),
             Ok(None) => Err(Failure::Closed),
@@ -402,6 +456,8 @@ pub(crate) fn detached_sessions() -> usize {
 
 impl Drop for Session {
     fn drop(&mut self) {
+        // Before anything may close the socket.
+        self.unwatch();
         let client = self.client.take();
         let Some(runtime) = self.runtime.take() else {
             return;
@@ -457,7 +513,7 @@ impl ManageConnection for SessionManager {
                 Err(_) => Err(ConnectError::TimedOut(budget)),
             }
         });
-        let (client, driver) = match client {
+        let (client, driver, fd) = match client {
             Ok(opened) => opened,
             Err(e) => {
                 runtime.shutdown_background();
@@ -475,6 +531,8 @@ impl ManageConnection for SessionManager {
             unlisten: None,
             reused: false,
             timed_out: false,
+            fd,
+            watch: None,
         };
         if self.apply_setup.load(Ordering::Relaxed) && !self.setup.is_empty() {
             session
@@ -549,7 +607,8 @@ impl SessionManager {
                     plain.ssl_mode(SslMode::Disable);
                     match tokio::net::UnixStream::connect(&path).await {
                         Ok(stream) => {
-                            self.handshake(&plain, stream, Connector::plain(), tx.clone())
+                            let fd = stream.as_raw_fd();
+                            self.handshake(&plain, stream, fd, Connector::plain(), tx.clone())
                                 .await
                         }
                         Err(e) => Err(ConnectError::Other(format!("{}: {e}", path.display()))),
@@ -585,8 +644,9 @@ impl SessionManager {
                 last = ConnectError::Other(format!("{addr}: setting socket options: {e}"));
                 continue;
             }
+            let fd = stream.as_raw_fd();
             match self
-                .handshake(&self.config, stream, connector()?, tx.clone())
+                .handshake(&self.config, stream, fd, connector()?, tx.clone())
                 .await
             {
                 Ok(client) => return Ok(client),
@@ -621,6 +681,7 @@ impl SessionManager {
         &self,
         config: &tokio_postgres::Config,
         stream: S,
+        fd: RawFd,
         tls: Connector,
         tx: mpsc::UnboundedSender<Notification>,
     ) -> Result<Opened, ConnectError>
@@ -632,11 +693,12 @@ impl SessionManager {
             .await
             .map_err(ConnectError::Pg)?;
         let driver = tokio::spawn(drive(connection, tx));
-        Ok((client, driver))
+        Ok((client, driver, fd))
     }
 }
 
-type Opened = (Client, tokio::task::JoinHandle<()>);
+/// The client, the task that drives its connection, and the connection's socket.
+type Opened = (Client, tokio::task::JoinHandle<()>, RawFd);
 
 /// Runs the connection (it only makes progress while a call is in `block_on`), forwarding
 /// LISTEN notifications to the session.

@@ -350,3 +350,49 @@ fn temp_dir(label: &str) -> TempDir {
         .tempdir()
         .expect("create a temp dir")
 }
+
+/// Over TLS too, a held advisory lease is dropped as soon as the session's end reaches the socket
+/// (TLS wraps the socket the watch polls): idle, it stays held; terminated, it reads 0 left at once.
+#[test]
+fn an_advisory_lease_over_tls_is_dropped_when_its_session_is_terminated() {
+    let s = setup();
+    let c = connect(&url(&s.good, "tls_user", "127.0.0.1", "sslmode=require")).unwrap();
+    let key = unique_key("tls-terminated");
+    let lease = c.try_acquire(&key, Duration::from_secs(30)).unwrap();
+    let until = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < until {
+        assert!(
+            lease.remaining() > Duration::ZERO,
+            "an idle TLS session's lease"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut admin = postgres::Client::connect(&s.good.url(), NoTls).unwrap();
+    let id = leasehold_postgres::lock_id(format!("leasehold:{key}").as_bytes()) as u64;
+    let row = admin
+        .query_one(
+            &format!(
+                "SELECT pg_terminate_backend(pid, 5000) FROM pg_locks WHERE locktype = 'advisory' \
+                 AND granted AND classid = {} AND objid = {} AND objsubid = 1",
+                id >> 32,
+                id & 0xffff_ffff
+            ),
+            &[],
+        )
+        .unwrap();
+    assert!(row.get::<_, bool>(0), "the holder's session ended");
+    let ended = Instant::now();
+    while !lease.remaining().is_zero() {
+        assert!(
+            ended.elapsed() < Duration::from_millis(500),
+            "the holder still relies on its lease {:?} after its session ended",
+            ended.elapsed()
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    eprintln!("dropped {:?} after the session ended", ended.elapsed());
+    assert_eq!(
+        lease.checkpoint(Duration::ZERO).unwrap_err().kind(),
+        ErrorKind::Lost
+    );
+}

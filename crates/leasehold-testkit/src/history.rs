@@ -244,6 +244,11 @@ pub struct Snapshot {
     pub beliefs: Vec<Belief>,
     /// When the snapshot was taken: pending operations have been running at least until then.
     pub end: Duration,
+    /// Every client session ended by someone else (an administrator's kill of them all), as the
+    /// `(invoke, complete)` of the call that ended them: a lease that lives in its session (PostgreSQL
+    /// advisory, MySQL named) ends with it, and its holder must stop relying on it when the session's
+    /// end reaches it. Recorded only for such backends.
+    pub session_ends: Vec<(Duration, Duration)>,
 }
 
 impl Snapshot {
@@ -258,7 +263,19 @@ impl Snapshot {
             ops,
             beliefs: Vec::new(),
             end,
+            session_ends: Vec::new(),
         }
+    }
+
+    /// Adds a hand-written end of every session, by the call that ended them.
+    pub fn with_session_end(mut self, invoke_ms: u64, complete_ms: u64) -> Snapshot {
+        let (i, c) = (
+            Duration::from_millis(invoke_ms),
+            Duration::from_millis(complete_ms),
+        );
+        self.end = self.end.max(c);
+        self.session_ends.push((i, c));
+        self
     }
 
     /// Adds hand-written beliefs `(lease, at_ms, until_ms)`.
@@ -278,6 +295,7 @@ pub struct History {
     start: Instant,
     ops: Mutex<Vec<Op>>,
     beliefs: Mutex<Vec<Belief>>,
+    session_ends: Mutex<Vec<(Duration, Duration)>>,
 }
 
 impl Default for History {
@@ -292,6 +310,7 @@ impl History {
             start: Instant::now(),
             ops: Mutex::new(Vec::new()),
             beliefs: Mutex::new(Vec::new()),
+            session_ends: Mutex::new(Vec::new()),
         }
     }
 
@@ -357,6 +376,16 @@ impl History {
             .push(Belief { lease, at, until });
     }
 
+    /// Records that every client session was ended by a call made from `invoke` to `complete`
+    /// (see [`Snapshot::session_ends`]).
+    pub fn sessions_ended(&self, invoke: Instant, complete: Instant) {
+        let since = |t: Instant| t.saturating_duration_since(self.start);
+        self.session_ends
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((since(invoke), since(complete)));
+    }
+
     pub fn len(&self) -> usize {
         self.ops().len()
     }
@@ -372,10 +401,16 @@ impl History {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        let session_ends = self
+            .session_ends
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         Snapshot {
             ops: ops.clone(),
             beliefs,
             end: self.now(),
+            session_ends,
         }
     }
 }

@@ -239,6 +239,55 @@ fn a_believed_overlap_the_window_check_misses_is_reported() {
     assert!(!r.is_clean());
 }
 
+/// Every client session ended by someone else (an administrator's kill) frees a session-held
+/// lease at once: another client's grant after the kill began is no overlap, and what the holder
+/// believed before the kill counts only until then; a belief read after the kill began, while
+/// another client holds the key, is a believed overlap (its holder did not see its session end).
+#[test]
+fn a_session_ended_by_someone_else_ends_the_lease_and_later_beliefs_are_judged_when_read() {
+    // The kill ran from 100 to 102; the other client, whose acquire began meanwhile, was granted
+    // the key at 120 on a new session (its release is answered after the kill: its session
+    // outlived it); the first holder's release finds its lease lost.
+    let ops = || {
+        vec![
+            acq(0, 10_000, 0, Some(1), Outcome::Ok).with_fence(1),
+            acq(1, 10_000, 100, Some(120), Outcome::Ok).with_fence(2),
+            rel(1, 1, 300, 301, Outcome::Ok),
+            rel(0, 0, 400, 401, Outcome::Lost),
+        ]
+    };
+    let seen = Snapshot::of(ops())
+        .with_session_end(100, 102)
+        .with_beliefs(&[(0, 1, 9_900), (0, 110, 110), (0, 150, 150), (1, 120, 9_000)]);
+    let r = check(&seen, &CheckConfig::default());
+    assert!(r.is_clean(), "{r}");
+    // Without the recorded kill, both checks see the first lease go on: the kill is what ends it.
+    let r = check(
+        &Snapshot::of(ops()).with_beliefs(&[(0, 1, 9_900), (1, 120, 9_000)]),
+        &CheckConfig::default(),
+    );
+    assert_eq!(r.overlaps.count, 1, "{r}");
+    // A holder that still believes after the kill, while the other holds the key.
+    let unseen = Snapshot::of(ops())
+        .with_session_end(100, 102)
+        .with_beliefs(&[
+            (0, 1, 9_900),
+            (0, 110, 9_800),
+            (0, 150, 9_800),
+            (1, 120, 9_000),
+        ]);
+    let r = check(&unseen, &CheckConfig::default());
+    assert_eq!(r.overlaps.count, 0, "{r}");
+    assert_eq!(r.believed_overlaps.count, 1, "{r}");
+    // Read after the kill but before the other's grant: it held then (the session's end had not
+    // reached it yet), and is relied on no longer.
+    let early = Snapshot::of(ops())
+        .with_session_end(100, 102)
+        .with_beliefs(&[(0, 1, 9_900), (0, 110, 9_800), (1, 120, 9_000)]);
+    let r = check(&early, &CheckConfig::default());
+    assert!(r.is_clean(), "{r}");
+}
+
 /// A belief ends where the holder starts giving the lease back, and where its next belief starts
 /// (an extend to a shorter TTL): neither is an overlap.
 #[test]

@@ -16,6 +16,7 @@ pub fn scalar(db: &mut postgres::Client, sql: &str) -> Option<String> {
 }
 
 /// How many sessions hold the advisory lock `id`.
+#[allow(dead_code)]
 pub fn advisory_holders(db: &mut postgres::Client, id: i64) -> u32 {
     holders_where(db, id, "")
 }

@@ -9,7 +9,7 @@
 
 use super::allowance::drift;
 use super::exclusion::Span;
-use super::swaps;
+use super::{sessions, swaps};
 use crate::history::{Belief, Op, OpId, OpKind};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -21,6 +21,7 @@ pub(crate) fn believed_spans<'a>(
     ops: &'a [Op],
     beliefs: &[Belief],
     of_lease: &HashMap<OpId, Vec<OpId>>,
+    session_ends: &[(Duration, Duration)],
 ) -> HashMap<&'a str, Vec<Span>> {
     // A holder stops relying on its lease when it starts to give it back.
     let mut released: HashMap<OpId, Duration> = HashMap::new();
@@ -51,6 +52,8 @@ pub(crate) fn believed_spans<'a>(
     for (lease, mut list) in per_lease {
         list.sort();
         let stop = released.get(&lease).copied().unwrap_or(Duration::MAX);
+        let related = of_lease.get(&lease).map_or(&[][..], Vec::as_slice);
+        let ended = sessions::ended_from(ops, lease, related, session_ends);
         let pieces: Vec<(Duration, Duration)> = list
             .iter()
             .enumerate()
@@ -64,7 +67,10 @@ pub(crate) fn believed_spans<'a>(
                     .map(|(_, ends)| *ends)
                     .min()
                     .unwrap_or(Duration::MAX);
-                (at, until.min(next).min(stop).min(sent_meanwhile))
+                // A session ended by someone else: relied on until that began at most, and
+                // judged only at its moment when read after.
+                let ended = sessions::belief_end(ended, at);
+                (at, until.min(next).min(stop).min(sent_meanwhile).min(ended))
             })
             .filter(|(at, end)| end > at)
             .collect();
@@ -76,7 +82,6 @@ pub(crate) fn believed_spans<'a>(
                 _ => merged.push((s, e)),
             }
         }
-        let related = of_lease.get(&lease).map_or(&[][..], Vec::as_slice);
         let spans = by_key.entry(acquire.key.as_str()).or_default();
         for (start, end) in merged {
             let span = Span {

@@ -17,6 +17,9 @@
 //! - (D) **stale writes**: an accepted write whose fence is below one accepted earlier on its key.
 //! - (E) **past bound**: a call that took longer than its bound (or is still running past it).
 //!
+//! Where every client session was ended by someone else (recorded for session-held backends), a
+//! lease acquired before ends there, and beliefs read after are judged at their moment ([`sessions`]).
+//!
 //! Counted apart: **stranded** refusals (no possible holder at all, a liveness failure) and
 //! **late-grant costs** (a refusal explained only by an acquire whose caller never learned its
 //! outcome: a late-delivered request holds the key under a token nobody has until its TTL), and
@@ -29,6 +32,7 @@ pub mod allowance;
 mod beliefs;
 mod exclusion;
 mod report;
+mod sessions;
 mod swaps;
 
 pub use crate::store::FencedStore;
@@ -156,7 +160,7 @@ pub fn check(history: &Snapshot, config: &CheckConfig) -> Report {
             .iter()
             .filter_map(|&a| {
                 let related = of_lease.get(&a).unwrap_or(&no_ops);
-                let (start, end) = window(ops, a, related)?;
+                let (start, end) = window(ops, a, related, &history.session_ends)?;
                 let span = Span {
                     start,
                     end,
@@ -337,7 +341,9 @@ pub fn check(history: &Snapshot, config: &CheckConfig) -> Report {
     }
 
     // (B) believed overlaps.
-    for (_, spans) in beliefs::believed_spans(ops, &history.beliefs, &of_lease) {
+    for (_, spans) in
+        beliefs::believed_spans(ops, &history.beliefs, &of_lease, &history.session_ends)
+    {
         for c in clashes(spans, BELIEF_SLACK) {
             let (a, b) = (c.first, c.second);
             r.believed_overlaps.add(max, || {
@@ -409,7 +415,12 @@ fn last_hold(ops: &[Op], holds: &[Hold], of_lease: &HashMap<OpId, Vec<OpId>>, x:
 }
 
 /// The conservative validity window of the successful acquire `a`.
-fn window(ops: &[Op], a: OpId, related: &[OpId]) -> Option<(Duration, Duration)> {
+fn window(
+    ops: &[Op],
+    a: OpId,
+    related: &[OpId],
+    session_ends: &[(Duration, Duration)],
+) -> Option<(Duration, Duration)> {
     let acq = &ops[a];
     let start = acq.complete?;
     let mut expiry = (acq.invoke + acq.ttl).saturating_sub(drift(acq.ttl));
@@ -440,7 +451,10 @@ fn window(ops: &[Op], a: OpId, related: &[OpId]) -> Option<(Duration, Duration)>
             _ => {}
         }
     }
-    Some((start, end.map_or(expiry, |e| e.min(expiry))))
+    let end = end.map_or(expiry, |e| e.min(expiry));
+    // A session ended by someone else frees the key at once.
+    let cut = sessions::ended_from(ops, a, related, session_ends).unwrap_or(end);
+    Some((start, end.min(cut)))
 }
 
 /// When the acquire `a` could have been holding its key on the server: from its invocation until its
