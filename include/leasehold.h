@@ -52,12 +52,12 @@
 #include <stdint.h>
 
 /**
- * The ABI version of this header, `major * 1000 + minor`: 0.3 is `3`. A library is compatible with
+ * The ABI version of this header, `major * 1000 + minor`: 0.4 is `4`. A library is compatible with
  * a program built against this header when its major is the same and its minor is the same or newer
  * (minors only add functions and status values). Compare with `leasehold_abi_version()`, or let
  * `leasehold_abi_check(LEASEHOLD_ABI_VERSION)` do it.
  */
-#define LEASEHOLD_ABI_VERSION 3
+#define LEASEHOLD_ABI_VERSION 4
 
 /**
  * The outcome of a call. The numeric values never change; new values may be added in later
@@ -196,7 +196,7 @@ extern "C" {
 #endif // __cplusplus
 
 /**
- * The library's version, such as "0.3.0": a static string owned by the library, never freed.
+ * The library's version, such as "0.4.0": a static string owned by the library, never freed.
  * Thread-safe.
  */
 const char *leasehold_version(void);

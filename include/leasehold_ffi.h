@@ -141,7 +141,7 @@ typedef struct leasehold_lease leasehold_lease;
 typedef void (*leasehold_keep_alive_failed)(void *user_data, enum leasehold_status status);
 
 /**
- * The library's version, such as "0.3.0": a static string owned by the library, never freed.
+ * The library's version, such as "0.4.0": a static string owned by the library, never freed.
  * Thread-safe.
  */
 const char *leasehold_version(void);

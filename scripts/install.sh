@@ -3,8 +3,8 @@
 #
 #   scripts/install.sh [--prefix DIR] [--libdir DIR] [--destdir DIR] [--no-build]
 #
-#   DIR/lib/libleasehold.so.0.3.0        the shared library, SONAME libleasehold.so.0
-#   DIR/lib/libleasehold.so.0            -> libleasehold.so.0.3.0 (what programs load)
+#   DIR/lib/libleasehold.so.0.4.0        the shared library, SONAME libleasehold.so.0
+#   DIR/lib/libleasehold.so.0            -> libleasehold.so.0.4.0 (what programs load)
 #   DIR/lib/libleasehold.so              -> libleasehold.so.0 (what -lleasehold links against)
 #   DIR/lib/libleasehold.a               the static library (also needs -lpthread -ldl -lm)
 #   DIR/lib/pkgconfig/leasehold.pc       pkg-config --cflags --libs leasehold

@@ -29,9 +29,9 @@ final class Library
     public const SCOPE = 'LEASEHOLD';
 
     /** The version of this PHP package; the library it loads may be newer within the same ABI major. */
-    public const VERSION = '0.3.0';
+    public const VERSION = '0.4.0';
     /** The ABI this package is written against, `major * 1000 + minor` (the C header's LEASEHOLD_ABI_VERSION). */
-    public const ABI_VERSION = 3;
+    public const ABI_VERSION = 4;
     /** The installed library's name for the dynamic loader (its SONAME). */
     public const SYSTEM_LIBRARY = 'libleasehold.so.0';
 

@@ -6,11 +6,11 @@ use crate::boundary;
 use crate::status::leasehold_status;
 use leasehold::Error;
 
-/// The ABI version of this header, `major * 1000 + minor`: 0.3 is `3`. A library is compatible with
+/// The ABI version of this header, `major * 1000 + minor`: 0.4 is `4`. A library is compatible with
 /// a program built against this header when its major is the same and its minor is the same or newer
 /// (minors only add functions and status values). Compare with `leasehold_abi_version()`, or let
 /// `leasehold_abi_check(LEASEHOLD_ABI_VERSION)` do it.
-pub const LEASEHOLD_ABI_VERSION: u32 = 3;
+pub const LEASEHOLD_ABI_VERSION: u32 = 4;
 
 /// The ABI version of the loaded library, `major * 1000 + minor` (see `LEASEHOLD_ABI_VERSION`).
 /// Thread-safe; makes no other call.

@@ -39,7 +39,7 @@ pub use status::leasehold_status;
 
 use std::ffi::c_char;
 
-/// The library's version, such as "0.3.0": a static string owned by the library, never freed.
+/// The library's version, such as "0.4.0": a static string owned by the library, never freed.
 /// Thread-safe.
 #[no_mangle]
 pub extern "C" fn leasehold_version() -> *const c_char {
