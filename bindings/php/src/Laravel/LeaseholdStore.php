@@ -134,6 +134,10 @@ final class LeaseholdStore implements Store, LockProvider
     public function keep(string $name, string $owner, LockInterface $lock): void
     {
         $this->prune();
+        // Laravel's locks outlive the request that took them: its end detaches the lease rather than releasing it.
+        if (method_exists($lock, 'handOn')) {
+            $lock->handOn();
+        }
         $this->leases[$name][$owner] = ['lock' => $lock, 'pid' => getmypid()];
     }
 

@@ -282,6 +282,7 @@ final class LeaseholdStore implements
             return true;
         }
         // The probe carries the backend's latest deadline: keep it, and let the older handle go without releasing.
+        self::handOn($probe);
         $this->leases[$token] = ['lock' => $probe, 'pid' => getmypid()];
         self::detach($entry['lock']);
         return $probe->isAcquired();
@@ -338,13 +339,26 @@ final class LeaseholdStore implements
         } catch (LockLostException) {
             return null;
         }
+        self::handOn($lock);
         $this->leases[$token] = ['lock' => $lock, 'pid' => getmypid()];
         return $lock;
+    }
+
+    /**
+     * Symfony's locks outlive the request that took them (a Key crosses processes): the request's end detaches
+     * such a lease rather than releasing it; Symfony's own Lock releases it when autoRelease says so.
+     */
+    private static function handOn(LockInterface $lock): void
+    {
+        if (method_exists($lock, 'handOn')) {
+            $lock->handOn();
+        }
     }
 
     private function hold(Key $key, LockInterface $lock): void
     {
         $token = (string) $lock->token();
+        self::handOn($lock);
         $this->leases[$token] = ['lock' => $lock, 'pid' => getmypid()];
         $key->setState(self::class, [
             'token' => $token,
