@@ -74,9 +74,9 @@ final class Client implements ClientInterface
             }
             throw $error;
         }
-        // Registered here as well as at the first acquisition: the earlier a shutdown function is registered, the
-        // fewer others run before it (one that calls exit() skips every later one).
-        RequestLeases::watch();
+        // Here as well as at the first acquisition: the earlier a shutdown function is registered, the fewer others
+        // run before it (one that calls exit() skips every later one).
+        RequestLeases::watch($ffi);
         return new self($binding, $out, $persistent, $logger);
     }
 

@@ -467,7 +467,7 @@ final class Lock implements LockInterface
         $this->keepAliveFailure = null;
         $this->keepAliveLossLogged = false;
         $this->handedOn = false;
-        RequestLeases::add($this);
+        RequestLeases::add($this, $this->ffi);
     }
 
     /**
@@ -549,7 +549,7 @@ final class Lock implements LockInterface
             $this->keepAliveFailure = null;
             $this->keepAliveLossLogged = false;
             $this->handedOn = false;
-            RequestLeases::add($this);
+            RequestLeases::add($this, $this->ffi);
         } elseif ($status !== Library::NOT_ACQUIRED && $status !== Library::INTERRUPTED) {
             $error = $this->client->library()->error($status, 'cannot acquire the lock');
             $events?->backendError('acquire', $status, $error->getMessage(), $this->key);

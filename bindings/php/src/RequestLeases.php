@@ -22,21 +22,27 @@ final class RequestLeases
     private static array $held = [];
     private static bool $registered = false;
 
-    /** Registers the request's shutdown function, once per request. */
-    public static function watch(): void
+    /**
+     * Once per request (per process in the CLI and in long-running workers, whose statics live on): registers the
+     * request's shutdown function, and stops the renewal of leases that earlier requests of this php-fpm worker
+     * leaked — when another shutdown function ended such a request with exit() after a fatal error, neither
+     * Leasehold's shutdown function nor any destructor ran. They then end within their TTL.
+     */
+    public static function watch(\FFI $ffi): void
     {
         if (!self::$registered) {
             self::$registered = true;
             register_shutdown_function([self::class, 'shutdown']);
+            $ffi->leasehold_keep_alive_stop_all();
         }
     }
 
-    public static function add(Lock $lock): void
+    public static function add(Lock $lock, \FFI $ffi): void
     {
-        self::$held[spl_object_id($lock)] = \WeakReference::create($lock);
         if (!self::$registered) {
-            self::watch();
+            self::watch($ffi);
         }
+        self::$held[spl_object_id($lock)] = \WeakReference::create($lock);
     }
 
     public static function remove(Lock $lock): void

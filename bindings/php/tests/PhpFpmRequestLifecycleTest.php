@@ -27,6 +27,8 @@ final class PhpFpmRequestLifecycleTest extends LeaseholdTestCase
     private static int $port = 0;
     /** The pool whose workers request_terminate_timeout kills after 2 s. */
     private static int $terminatePort = 0;
+    /** A pool of one worker, so that two requests meet the same worker. */
+    private static int $singlePort = 0;
     private static ?Client $client = null;
 
     public static function setUpBeforeClass(): void
@@ -35,7 +37,8 @@ final class PhpFpmRequestLifecycleTest extends LeaseholdTestCase
         self::$port = Ports::free();
         do {
             self::$terminatePort = Ports::free();
-        } while (self::$terminatePort === self::$port);
+            self::$singlePort = Ports::free();
+        } while (count(array_unique([self::$port, self::$terminatePort, self::$singlePort])) !== 3);
         $root = posix_geteuid() === 0;
         $user = $root ? ['user = ' . (posix_getpwuid(0)['name'] ?? 'root'),
             'group = ' . (posix_getgrgid(0)['name'] ?? 'root')] : [];
@@ -59,6 +62,13 @@ final class PhpFpmRequestLifecycleTest extends LeaseholdTestCase
             'request_terminate_timeout = 2s',
             'clear_env = no',
             'catch_workers_output = yes',
+            '[single]',
+        ], $user, [
+            'listen = 127.0.0.1:' . self::$singlePort,
+            'pm = static',
+            'pm.max_children = 1',
+            'clear_env = no',
+            'catch_workers_output = yes',
             '',
         ])));
         file_put_contents($dir->file('php.ini'), implode("\n", ['ffi.enable=1', 'display_errors=stderr',
@@ -79,7 +89,8 @@ final class PhpFpmRequestLifecycleTest extends LeaseholdTestCase
             throw new \RuntimeException('cannot start php-fpm');
         }
         $deadline = microtime(true) + 20.0;
-        while (!Ports::answers(self::$port) || !Ports::answers(self::$terminatePort)) {
+        while (!Ports::answers(self::$port) || !Ports::answers(self::$terminatePort)
+            || !Ports::answers(self::$singlePort)) {
             if (microtime(true) > $deadline || !proc_get_status(self::$fpm)['running']) {
                 throw new \RuntimeException('php-fpm did not start' . self::logs());
             }
@@ -171,6 +182,21 @@ final class PhpFpmRequestLifecycleTest extends LeaseholdTestCase
         // Handed on (ShouldBeUnique's dispatch-to-worker lock), so not released; but no longer renewed either: it
         // ends keepalive_ttl (1 s here) after its request, not when php-fpm recycles the worker.
         self::assertFreeWithin($key, 1.0 + 1.5, 'a lock(k, 0) must end keepalive_ttl after its request');
+    }
+
+    public function testALeaseARequestLeakedIsNoLongerRenewedOnceItsWorkerServesTheNextRequest(): void
+    {
+        $key = self::uniqueKey('leaked');
+        $address = 'tcp://127.0.0.1:' . self::$singlePort;
+        $response = FastCgi::get($address, self::app(), 'case=exit-first&key=' . urlencode($key));
+        self::assertStringContainsString('Maximum execution time', $response['stderr'] . self::logs());
+        // The application's shutdown function ended the request before Leasehold's could run: the lease leaked,
+        // and the worker's keep-alive thread renews it past its 1 s TTL.
+        usleep(1_500_000);
+        self::assertHeldElsewhere(self::$client, $key, 'the case this backstop is for: a lease the request leaked');
+        // The worker's next request that uses Leasehold stops renewing it: it ends within its TTL.
+        self::assertSame('connected', FastCgi::get($address, self::app(), 'case=noop')['body'], self::logs());
+        self::assertFreeWithin($key, 1.0 + 1.0, 'the next request must stop the renewal of a leaked lease');
     }
 
     /** @return array{headers: string, body: string, stderr: string} */
