@@ -32,9 +32,9 @@ use Leasehold\LockInterface;
  *
  * Leases outlive the lock objects (Laravel code drops them right after get()), and the process: what is not
  * released stays on the backend until its TTL, as with Laravel's Redis locks. `$seconds = 0` (Laravel's "never
- * expires") is a lease of $keepAliveTtl seconds that the library renews every third of it while this process
- * runs (CLI script, queue worker, php-fpm request); it then ends at most $keepAliveTtl later, instead of
- * never.
+ * expires") is a lease of $keepAliveTtl seconds that the library renews every third of it while the request that
+ * took it runs (a php-fpm request, however it ends; a CLI script or queue worker until it exits or calls
+ * ClientInterface::endRequest()); it then ends at most $keepAliveTtl later, instead of never.
  */
 final class LeaseholdStore implements Store, LockProvider
 {
