@@ -76,6 +76,41 @@ final class EndRequestTest extends LeaseholdTestCase
         $probe->release();
     }
 
+    public function testALaravelLockOfTheApplicationsOwnerCanBeReleasedInALaterRequest(): void
+    {
+        Frameworks::laravel();
+        $client = Client::connect('file://' . $this->dir->file('locks'));
+        $store = new LeaseholdStore($client);
+        $name = self::uniqueKey('octane');
+        self::assertTrue($store->lock($name, 30, 'my-owner')->get());
+
+        $client->endRequest(); // an Octane request ends; the lock outlives it, by Laravel's rule
+
+        self::assertHeldElsewhere($client, $name);
+        self::assertTrue($store->lock($name, 30, 'my-owner')->release(), 'a later request of the worker releases it');
+        $probe = $client->createLock($name, 1.0);
+        self::assertTrue($probe->tryAcquire());
+        $probe->release();
+    }
+
+    public function testASymfonyLockIsHandedOnNotReleased(): void
+    {
+        Frameworks::symfonyLock();
+        $client = Client::connect('file://' . $this->dir->file('locks'));
+        $factory = new \Symfony\Component\Lock\LockFactory(new \Leasehold\Symfony\LeaseholdStore($client));
+        $name = self::uniqueKey('symfony');
+        $lock = $factory->createLock($name, 30.0, autoRelease: false);
+        self::assertTrue($lock->acquire());
+
+        $client->endRequest();
+
+        self::assertHeldElsewhere($client, $name, "Symfony's rule: a lock outlives its request until its TTL");
+        $lock->release();
+        $probe = $client->createLock($name, 1.0);
+        self::assertTrue($probe->tryAcquire(), "and Symfony's own release still frees it");
+        $probe->release();
+    }
+
     public function testTheInMemoryDoubleEndsARequestTheSameWay(): void
     {
         Frameworks::laravel();

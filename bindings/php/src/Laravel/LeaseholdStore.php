@@ -40,7 +40,10 @@ final class LeaseholdStore implements Store, LockProvider
 {
     private const TOKEN = '/^[0-9a-f]{32}$/D';
 
-    /** @var array<string, array<string, array{lock: LockInterface, pid: int}>> held leases by name, then owner */
+    /**
+     * @var array<string, array<string, array{lock: LockInterface, pid: int, token: ?string}>> held leases by name,
+     *      then owner
+     */
     private array $leases = [];
 
     /**
@@ -116,13 +119,16 @@ final class LeaseholdStore implements Store, LockProvider
             if ($entry['pid'] !== getmypid()) {
                 return null; // inherited through fork(): the parent's lease
             }
+            // Lost meanwhile, or detached when a request ended (ClientInterface::endRequest() in a long-running
+            // worker): its token may still hold the key, so it is asked, for an owner of the application's too.
             unset($this->leases[$name][$owner]);
         }
-        if (preg_match(self::TOKEN, $owner) !== 1) {
+        $token = preg_match(self::TOKEN, $owner) === 1 ? $owner : ($entry['token'] ?? null);
+        if ($token === null) {
             return null;
         }
         try {
-            $lock = $this->client->restoreLock($name, $owner, $this->keepAliveTtl);
+            $lock = $this->client->restoreLock($name, $token, $this->keepAliveTtl);
         } catch (LockLostException) {
             return null;
         }
@@ -138,7 +144,7 @@ final class LeaseholdStore implements Store, LockProvider
         if (method_exists($lock, 'handOn')) {
             $lock->handOn();
         }
-        $this->leases[$name][$owner] = ['lock' => $lock, 'pid' => getmypid()];
+        $this->leases[$name][$owner] = ['lock' => $lock, 'pid' => getmypid(), 'token' => $lock->token()];
     }
 
     /** @internal for LeaseholdLock: this process no longer tracks $owner's lease on $name */

@@ -331,8 +331,9 @@ final class LeaseholdStore implements
             if ($entry['pid'] !== getmypid()) {
                 return null; // inherited through fork(): the parent's lease, never the child's to touch
             }
-            unset($this->leases[$token]); // released or lost meanwhile
-            return null;
+            // Lost meanwhile, or detached when a request ended (ClientInterface::endRequest() in a long-running
+            // worker): the token may still hold the key, so it is asked, as for a Key from another process.
+            unset($this->leases[$token]);
         }
         try {
             $lock = $this->client->restoreLock((string) $key, $token, $this->initialTtl);
