@@ -37,6 +37,7 @@ foreach ([
     'Seconds',
     'Events',
     'Library',
+    'RequestLeases',
     // Interfaces first, then the classes whose return types they narrow (Client's need Lock and Semaphore).
     'LockInterface',
     'SemaphoreInterface',

@@ -165,3 +165,5 @@ enum leasehold_status leasehold_once_done(struct leasehold_lease *lease,
                                           const char *result,
                                           size_t result_len,
                                           uint64_t keep_for_ms);
+
+size_t leasehold_keep_alive_stop_all(void);

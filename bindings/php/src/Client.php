@@ -74,7 +74,22 @@ final class Client implements ClientInterface
             }
             throw $error;
         }
+        // Here as well as at the first acquisition: the earlier a shutdown function is registered, the fewer others
+        // run before it (one that calls exit() skips every later one).
+        RequestLeases::watch($ffi);
         return new self($binding, $out, $persistent, $logger);
+    }
+
+    /**
+     * Ends the leases of the request that just finished, as the end of a php-fpm request does by itself: every
+     * lease a Lock of this client still holds is released, and a lease a framework adapter hands on (a Laravel or
+     * Symfony lock, which outlives its request by their rules) is detached: its keep-alive stops and it lasts until
+     * its TTL. For long-running workers that serve many requests in one PHP process — RoadRunner, FrankenPHP's
+     * worker mode, Laravel Octane, a queue worker between jobs — call it after each request or job. Never throws.
+     */
+    public function endRequest(): void
+    {
+        RequestLeases::end($this);
     }
 
     /**

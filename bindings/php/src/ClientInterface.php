@@ -67,6 +67,14 @@ interface ClientInterface
     ): mixed;
 
     /**
+     * Ends the leases of the request that just finished: every lease a lock of this client still holds is
+     * released; one a framework adapter hands on is detached (its keep-alive stops; it lasts until its TTL). php-fpm
+     * requests do this by themselves when they end, however they end; long-running workers (RoadRunner, FrankenPHP
+     * worker mode, Octane, queue workers) call it after each request or job. Never throws.
+     */
+    public function endRequest(): void;
+
+    /**
      * Runs $fn(LockInterface $lock) at most once per key within $keepFor; later calls return its recorded result.
      * See Client::once().
      *

@@ -26,6 +26,8 @@ final class Lock implements LockInterface
     /** The renewal failure of the lease this object holds or held last; kept after the lease is given up. */
     private ?LeaseholdException $keepAliveFailure = null;
     private bool $keepAliveLossLogged = false;
+    /** A framework adapter hands the lease on: the end of the request detaches it instead of releasing it. */
+    private bool $handedOn = false;
     /** The client's binding and PSR-3 events, read once here: every call below needs them. */
     private readonly \FFI $ffi;
     private readonly ?Events $events;
@@ -434,6 +436,7 @@ final class Lock implements LockInterface
         $this->keepingAlive = false;
         $this->keepAliveFailure = null;
         $this->keepAliveLossLogged = false;
+        $this->handedOn = false;
     }
 
     /**
@@ -450,6 +453,7 @@ final class Lock implements LockInterface
         $this->lease = null;
         $this->ownerPid = 0;
         $this->keepingAlive = false;
+        RequestLeases::remove($this);
         $this->ffi->leasehold_lease_detach($lease);
     }
 
@@ -462,6 +466,51 @@ final class Lock implements LockInterface
         $this->keepingAlive = false;
         $this->keepAliveFailure = null;
         $this->keepAliveLossLogged = false;
+        $this->handedOn = false;
+        RequestLeases::add($this, $this->ffi);
+    }
+
+    /**
+     * @internal for the framework adapters, whose locks outlive the request that took them (Laravel's and
+     * Symfony's rule): the end of the request (php-fpm's, or Client::endRequest()) detaches this lease instead of
+     * releasing it, so its keep-alive stops and it lasts until its TTL.
+     */
+    public function handOn(): void
+    {
+        $this->handedOn = true;
+    }
+
+    /** @internal for RequestLeases: whether this lock came from $client */
+    public function belongsTo(Client $client): bool
+    {
+        return $this->client === $client;
+    }
+
+    /**
+     * @internal for RequestLeases: the request ended while this object held its lease. Released (a lease handed on:
+     * detached); never throws, and never leaves the lease renewed.
+     */
+    public function endOfRequest(): void
+    {
+        if (!$this->holds()) {
+            return;
+        }
+        if ($this->handedOn) {
+            $this->detach();
+            return;
+        }
+        try {
+            $this->release();
+        } catch (\Throwable) {
+            // Lost already, or the backend did not answer: freeing the handle below ends the keep-alive either way.
+        }
+        if ($this->lease !== null) {
+            try {
+                $this->forget();
+            } catch (\Throwable) {
+                // The lease expires on its own.
+            }
+        }
     }
 
     private function holds(): bool
@@ -499,6 +548,8 @@ final class Lock implements LockInterface
             $this->keepingAlive = false;
             $this->keepAliveFailure = null;
             $this->keepAliveLossLogged = false;
+            $this->handedOn = false;
+            RequestLeases::add($this, $this->ffi);
         } elseif ($status !== Library::NOT_ACQUIRED && $status !== Library::INTERRUPTED) {
             $error = $this->client->library()->error($status, 'cannot acquire the lock');
             $events?->backendError('acquire', $status, $error->getMessage(), $this->key);
@@ -578,6 +629,7 @@ final class Lock implements LockInterface
         $lease = $this->lease;
         $this->lease = null;
         $this->ownerPid = 0;
+        RequestLeases::remove($this);
         if ($lease !== null && !\FFI::isNull($lease)) {
             $this->ffi->leasehold_lease_free($lease);
         }

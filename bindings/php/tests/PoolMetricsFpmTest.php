@@ -125,6 +125,8 @@ final class PoolMetricsFpmTest extends LeaseholdTestCase
         self::assertSame(PoolMetrics::render($this->dir->file('metrics')), $scrape['body']);
         self::assertStringNotContainsString('pool-metrics:', $scrape['body'], 'never a key');
         self::assertSame('', (string) @file_get_contents($this->dir->file('php-errors.log')), 'no PHP error');
+        self::assertSame(1, preg_match_all('/exited on signal/', (string) file_get_contents(
+            $this->dir->file('php-fpm.log'))), 'no worker died but the one killed' . $this->logs());
 
         // And so does the CLI, where it is built.
         $cli = self::cli();
@@ -153,6 +155,8 @@ final class PoolMetricsFpmTest extends LeaseholdTestCase
                 try {
                     $response = FastCgi::receive($socket);
                 } catch (\RuntimeException $e) {
+                    // A worker that died mid-request closes the connection before its master has logged why.
+                    $this->awaitLog('/exited on signal/', 2.0);
                     throw new \RuntimeException($e->getMessage() . $this->logs(), 0, $e);
                 }
                 $json = json_decode($response['body'], true);
@@ -201,6 +205,15 @@ final class PoolMetricsFpmTest extends LeaseholdTestCase
             }
         }
         throw new \RuntimeException('php-fpm is not installed (Debian: apt-get install php-fpm)');
+    }
+
+    private function awaitLog(string $pattern, float $seconds): void
+    {
+        $deadline = microtime(true) + $seconds;
+        while (preg_match($pattern, (string) @file_get_contents($this->dir->file('php-fpm.log'))) !== 1
+            && microtime(true) < $deadline) {
+            usleep(20_000);
+        }
     }
 
     private function logs(): string

@@ -18,7 +18,7 @@ use std::time::Duration;
 pub struct leasehold_lease {
     /// Knows which process took it: in any other (a fork() child) core's guard refuses release,
     /// extend and keep-alive, and dropping it leaves the parent's lock and connection alone.
-    lease: Lease,
+    pub(crate) lease: Lease,
     /// The 32 hex characters and a NUL, so the token can be lent to C for the lease's lifetime.
     token: [u8; 33],
     /// The client's secrets, masked in this lease's errors. The lease itself keeps the client's
@@ -167,7 +167,11 @@ pub unsafe extern "C" fn leasehold_lease_keep_alive(
     enabled: bool,
 ) -> leasehold_status {
     boundary::call("leasehold_lease_keep_alive", || {
-        with_lease(lease, |l| l.keep_alive(enabled))
+        with_lease(lease, |l| l.keep_alive(enabled))?;
+        if enabled {
+            crate::renewed::track(lease);
+        }
+        Ok(())
     })
 }
 
@@ -349,6 +353,7 @@ pub unsafe extern "C" fn leasehold_lease_token(lease: *const leasehold_lease) ->
 pub unsafe extern "C" fn leasehold_lease_free(lease: *mut leasehold_lease) {
     boundary::quietly("leasehold_lease_free", || {
         if !lease.is_null() {
+            crate::renewed::untrack(lease);
             // SAFETY: the pointer came from Box::into_raw in an acquire.
             drop(unsafe { Box::from_raw(lease) });
         }
@@ -372,6 +377,7 @@ pub unsafe extern "C" fn leasehold_lease_detach(lease: *mut leasehold_lease) {
         if lease.is_null() {
             return;
         }
+        crate::renewed::untrack(lease);
         // SAFETY: the pointer came from Box::into_raw in an acquire.
         let handle = unsafe { Box::from_raw(lease) };
         // In a fork() child, core's forget leaves an inherited lease alone, as free does.

@@ -19,6 +19,7 @@ mod lent;
 mod metrics;
 mod once;
 mod persistent;
+mod renewed;
 mod status;
 
 pub use abi::{leasehold_abi_check, leasehold_abi_version, LEASEHOLD_ABI_VERSION};

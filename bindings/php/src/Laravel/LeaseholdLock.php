@@ -24,7 +24,7 @@ final class LeaseholdLock extends LaravelLock
     private bool $ownerIsToken;
 
     /**
-     * @param int|float   $seconds the lease's TTL; 0 (or less) for a lease kept alive while this process runs
+     * @param int|float   $seconds the lease's TTL; 0 (or less) for a lease kept alive while its request runs
      * @param string|null $owner   null: owner() is the lease's token once acquired
      */
     public function __construct(

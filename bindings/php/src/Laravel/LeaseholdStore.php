@@ -32,15 +32,18 @@ use Leasehold\LockInterface;
  *
  * Leases outlive the lock objects (Laravel code drops them right after get()), and the process: what is not
  * released stays on the backend until its TTL, as with Laravel's Redis locks. `$seconds = 0` (Laravel's "never
- * expires") is a lease of $keepAliveTtl seconds that the library renews every third of it while this process
- * runs (CLI script, queue worker, php-fpm request); it then ends at most $keepAliveTtl later, instead of
- * never.
+ * expires") is a lease of $keepAliveTtl seconds that the library renews every third of it while the request that
+ * took it runs (a php-fpm request, however it ends; a CLI script or queue worker until it exits or calls
+ * ClientInterface::endRequest()); it then ends at most $keepAliveTtl later, instead of never.
  */
 final class LeaseholdStore implements Store, LockProvider
 {
     private const TOKEN = '/^[0-9a-f]{32}$/D';
 
-    /** @var array<string, array<string, array{lock: LockInterface, pid: int}>> held leases by name, then owner */
+    /**
+     * @var array<string, array<string, array{lock: LockInterface, pid: int, token: ?string}>> held leases by name,
+     *      then owner
+     */
     private array $leases = [];
 
     /**
@@ -116,13 +119,16 @@ final class LeaseholdStore implements Store, LockProvider
             if ($entry['pid'] !== getmypid()) {
                 return null; // inherited through fork(): the parent's lease
             }
+            // Lost meanwhile, or detached when a request ended (ClientInterface::endRequest() in a long-running
+            // worker): its token may still hold the key, so it is asked, for an owner of the application's too.
             unset($this->leases[$name][$owner]);
         }
-        if (preg_match(self::TOKEN, $owner) !== 1) {
+        $token = preg_match(self::TOKEN, $owner) === 1 ? $owner : ($entry['token'] ?? null);
+        if ($token === null) {
             return null;
         }
         try {
-            $lock = $this->client->restoreLock($name, $owner, $this->keepAliveTtl);
+            $lock = $this->client->restoreLock($name, $token, $this->keepAliveTtl);
         } catch (LockLostException) {
             return null;
         }
@@ -134,7 +140,11 @@ final class LeaseholdStore implements Store, LockProvider
     public function keep(string $name, string $owner, LockInterface $lock): void
     {
         $this->prune();
-        $this->leases[$name][$owner] = ['lock' => $lock, 'pid' => getmypid()];
+        // Laravel's locks outlive the request that took them: its end detaches the lease rather than releasing it.
+        if (method_exists($lock, 'handOn')) {
+            $lock->handOn();
+        }
+        $this->leases[$name][$owner] = ['lock' => $lock, 'pid' => getmypid(), 'token' => $lock->token()];
     }
 
     /** @internal for LeaseholdLock: this process no longer tracks $owner's lease on $name */

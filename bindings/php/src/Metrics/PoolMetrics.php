@@ -50,14 +50,15 @@ final class PoolMetrics
      * @param string      $dir  a local directory the pool's workers may write (created if missing), e.g.
      *                          /run/leasehold-metrics; keep it to one host (workers check each other's pids)
      * @param string|null $pool the series' `pool` label and the subdirectory: null for the php-fpm pool's name
-     *                          (from fpm_get_status()), or outside php-fpm the SAPI's name ("cli")
+     *                          (from the worker's process title, on Linux), or else the SAPI's name ("cli",
+     *                          "fpm-fcgi")
      * @return bool false when the counters could not be read or written (logged once per process)
      */
     public static function flush(Client $client, string $dir, ?string $pool = null): bool
     {
         try {
             $worker = self::workerId();
-            $poolDir = rtrim($dir, '/') . '/' . self::poolName($pool, $dir, $worker);
+            $poolDir = rtrim($dir, '/') . '/' . self::poolName($pool);
             $file = "$poolDir/$worker.json";
             $text = $client->metrics();
 
@@ -248,32 +249,29 @@ final class PoolMetrics
         return $id === false ? '0' : substr(str_replace('-', '', trim($id)), 0, 8);
     }
 
-    private static function poolName(?string $pool, string $dir, string $worker): string
+    private static function poolName(?string $pool): string
     {
-        if ($pool === null && function_exists('fpm_get_status')) {
-            // php-fpm tells its pool only with its status, and refuses that while another worker holds the
-            // scoreboard (a request starting or ending): try a few times, then look for where this worker wrote.
-            for ($attempt = 0; $attempt < 5 && $pool === null; $attempt++) {
-                $status = @fpm_get_status();
-                if (is_array($status) && is_string($status['pool'] ?? null)) {
-                    $pool = $status['pool'];
-                } else {
-                    usleep(200);
-                }
-            }
-            if ($pool === null) {
-                $mine = glob(rtrim($dir, '/') . '/*/' . $worker . '.json') ?: [];
-                if (count($mine) !== 1) {
-                    throw new \RuntimeException('php-fpm did not tell its pool name (its scoreboard was busy); '
-                        . 'pass the pool to flush()');
-                }
-                return basename(dirname($mine[0]));
-            }
-        }
-        $pool ??= PHP_SAPI;
+        // Never fpm_get_status(): php-fpm 8.2 (and 8.3/8.4 before their fix) crashes the calling worker with
+        // SIGSEGV when another worker holds its scoreboard slot at that moment (a request starting or ending),
+        // which a busy pool does all the time. The worker's process title names the pool instead.
+        $pool ??= self::fpmPool() ?? PHP_SAPI;
         // A directory name and a label value: no path separators, no hidden directory.
         $pool = preg_replace('/[^A-Za-z0-9_.-]/', '_', $pool) ?? '_';
         return $pool === '' || $pool[0] === '.' ? "_$pool" : $pool;
+    }
+
+    /** The pool of this php-fpm worker, from its process title ("php-fpm: pool NAME"); null elsewhere. */
+    private static function fpmPool(): ?string
+    {
+        if (PHP_SAPI !== 'fpm-fcgi') {
+            return null;
+        }
+        $title = @file_get_contents('/proc/self/cmdline');
+        if ($title === false || preg_match('/^php-fpm: pool ([^\0]+)/', $title, $m) !== 1) {
+            return null;
+        }
+        $name = rtrim($m[1], ' ');
+        return $name === '' ? null : $name;
     }
 
     /**

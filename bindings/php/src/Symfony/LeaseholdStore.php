@@ -282,6 +282,7 @@ final class LeaseholdStore implements
             return true;
         }
         // The probe carries the backend's latest deadline: keep it, and let the older handle go without releasing.
+        self::handOn($probe);
         $this->leases[$token] = ['lock' => $probe, 'pid' => getmypid()];
         self::detach($entry['lock']);
         return $probe->isAcquired();
@@ -330,21 +331,35 @@ final class LeaseholdStore implements
             if ($entry['pid'] !== getmypid()) {
                 return null; // inherited through fork(): the parent's lease, never the child's to touch
             }
-            unset($this->leases[$token]); // released or lost meanwhile
-            return null;
+            // Lost meanwhile, or detached when a request ended (ClientInterface::endRequest() in a long-running
+            // worker): the token may still hold the key, so it is asked, as for a Key from another process.
+            unset($this->leases[$token]);
         }
         try {
             $lock = $this->client->restoreLock((string) $key, $token, $this->initialTtl);
         } catch (LockLostException) {
             return null;
         }
+        self::handOn($lock);
         $this->leases[$token] = ['lock' => $lock, 'pid' => getmypid()];
         return $lock;
+    }
+
+    /**
+     * Symfony's locks outlive the request that took them (a Key crosses processes): the request's end detaches
+     * such a lease rather than releasing it; Symfony's own Lock releases it when autoRelease says so.
+     */
+    private static function handOn(LockInterface $lock): void
+    {
+        if (method_exists($lock, 'handOn')) {
+            $lock->handOn();
+        }
     }
 
     private function hold(Key $key, LockInterface $lock): void
     {
         $token = (string) $lock->token();
+        self::handOn($lock);
         $this->leases[$token] = ['lock' => $lock, 'pid' => getmypid()];
         $key->setState(self::class, [
             'token' => $token,

@@ -33,6 +33,8 @@ use Leasehold\Seconds;
 final class InMemoryClient implements ClientInterface
 {
     private readonly InMemoryBackend $backend;
+    /** @var array<int, \WeakReference<InMemoryLock>> locks that acquired through this client, by object id */
+    private array $locks = [];
 
     /** @param InMemoryBackend|null $backend shared leases and clock; null for a new one on a ManualClock */
     public function __construct(?InMemoryBackend $backend = null)
@@ -62,13 +64,13 @@ final class InMemoryClient implements ClientInterface
     public function createLock(string $key, mixed $ttl = Client::DEFAULT_TTL): InMemoryLock
     {
         Key::check($key);
-        return new InMemoryLock($this->backend, $key, self::positiveTtl($ttl));
+        return new InMemoryLock($this->backend, $key, self::positiveTtl($ttl), client: $this);
     }
 
     public function createSharedLock(string $key, mixed $ttl = Client::DEFAULT_TTL): InMemoryLock
     {
         Key::check($key);
-        return new InMemoryLock($this->backend, $key, self::positiveTtl($ttl), shared: true);
+        return new InMemoryLock($this->backend, $key, self::positiveTtl($ttl), shared: true, client: $this);
     }
 
     public function createSemaphore(string $key, int $permits, mixed $ttl = Client::DEFAULT_TTL): InMemorySemaphore
@@ -77,7 +79,7 @@ final class InMemoryClient implements ClientInterface
         if ($permits < 1 || $permits > 65535) {
             throw new InvalidArgumentException(sprintf('permits must be 1 to 65535, got %d', $permits));
         }
-        return new InMemorySemaphore($this->backend, $key, $permits, self::positiveTtl($ttl));
+        return new InMemorySemaphore($this->backend, $key, $permits, self::positiveTtl($ttl), $this);
     }
 
     public function restoreLock(string $key, string $token, mixed $ttl = Client::DEFAULT_TTL): InMemoryLock
@@ -160,6 +162,28 @@ final class InMemoryClient implements ClientInterface
             $fn,
             $recover,
         );
+    }
+
+    /**
+     * As Client::endRequest(): every lease a lock of this client still holds is released; one handed on by a
+     * framework adapter is detached (its keep-alive stops; it lasts until its TTL).
+     */
+    public function endRequest(): void
+    {
+        $locks = $this->locks;
+        $this->locks = [];
+        foreach ($locks as $reference) {
+            $reference->get()?->endOfRequest();
+        }
+    }
+
+    /** @internal for InMemoryLock: it now holds a lease that endRequest() must end */
+    public function track(InMemoryLock $lock): void
+    {
+        if (count($this->locks) >= 1024) {
+            $this->locks = array_filter($this->locks, static fn (\WeakReference $r): bool => $r->get()?->token() !== null);
+        }
+        $this->locks[spl_object_id($lock)] = \WeakReference::create($lock);
     }
 
     private static function positiveTtl(mixed $ttl): int

@@ -32,6 +32,8 @@ final class InMemoryLock implements LockInterface
     private ?LeaseholdException $keepAliveFailure = null;
     /** Whether the held lease is shared now, after promote() or demote(); null: as this object was created. */
     private ?bool $sharedNow = null;
+    /** A framework adapter hands the lease on: the end of the request detaches it instead of releasing it. */
+    private bool $handedOn = false;
 
     /** @internal use InMemoryClient */
     public function __construct(
@@ -40,6 +42,8 @@ final class InMemoryLock implements LockInterface
         private readonly int $ttlMs,
         private readonly bool $shared = false,
         private readonly int $permits = 0,
+        /** Told of each acquisition, for its endRequest(). */
+        private readonly ?InMemoryClient $client = null,
     ) {
     }
 
@@ -248,6 +252,31 @@ final class InMemoryLock implements LockInterface
         $this->deadline = $lease['deadline'];
         $this->keepingAlive = false;
         $this->keepAliveFailure = null;
+        $this->handedOn = false;
+        $this->client?->track($this);
+    }
+
+    /** @internal for the framework adapters, as Leasehold\Lock::handOn(): the end of the request detaches it */
+    public function handOn(): void
+    {
+        $this->handedOn = true;
+    }
+
+    /** @internal for InMemoryClient::endRequest(), as Leasehold\Lock's: released, or detached when handed on */
+    public function endOfRequest(): void
+    {
+        if ($this->token === null) {
+            return;
+        }
+        if ($this->handedOn) {
+            $this->detach();
+            return;
+        }
+        try {
+            $this->release();
+        } catch (\Throwable) {
+            $this->forget();
+        }
     }
 
     public function __destruct()
@@ -265,6 +294,7 @@ final class InMemoryLock implements LockInterface
         $this->token = null;
         $this->keepingAlive = false;
         $this->keepAliveFailure = null;
+        $this->handedOn = false;
     }
 
     private function take(int $waitMs): bool
@@ -285,6 +315,8 @@ final class InMemoryLock implements LockInterface
         $this->deadline = $lease['deadline'];
         $this->keepingAlive = false;
         $this->keepAliveFailure = null;
+        $this->handedOn = false;
+        $this->client?->track($this);
         return true;
     }
 

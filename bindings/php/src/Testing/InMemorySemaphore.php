@@ -16,6 +16,7 @@ final class InMemorySemaphore implements SemaphoreInterface
         private readonly string $key,
         private readonly int $permits,
         private readonly int $ttlMs,
+        private readonly ?InMemoryClient $client = null,
     ) {
     }
 
@@ -43,6 +44,6 @@ final class InMemorySemaphore implements SemaphoreInterface
 
     private function permit(): InMemoryLock
     {
-        return new InMemoryLock($this->backend, $this->key, $this->ttlMs, permits: $this->permits);
+        return new InMemoryLock($this->backend, $this->key, $this->ttlMs, permits: $this->permits, client: $this->client);
     }
 }
