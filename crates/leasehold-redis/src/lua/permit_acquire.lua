@@ -19,7 +19,7 @@ if redis.call('ZSCORE', s, token) then
   if redis.call('PTTL', s) < ttl then
     redis.call('PEXPIRE', s, ttl)
   end
-  redis.call('SET', z, permits, 'PX', redis.call('PTTL', s))
+  redis.call('SET', z, permits, 'PX', math.max(redis.call('PTTL', s), ttl))
   return {1, fence_at(f, us, 1, ARGV[8])}
 end
 local head = nil
@@ -32,7 +32,7 @@ if count < permits then
     if redis.call('PTTL', s) < ttl then
       redis.call('PEXPIRE', s, ttl)
     end
-    redis.call('SET', z, permits, 'PX', redis.call('PTTL', s))
+    redis.call('SET', z, permits, 'PX', math.max(redis.call('PTTL', s), ttl))
     if head then
       redis.call('ZREM', q, token)
       redis.call('HDEL', h, token)

@@ -54,7 +54,7 @@ local function stretch()
       redis.call('PEXPIRE', k, ttl)
     end
   end
-  redis.call('SET', Z, permits, 'PX', redis.call('PTTL', E))
+  redis.call('SET', Z, permits, 'PX', math.max(redis.call('PTTL', E), ttl))
 end
 local mine = redis.call('HGET', T, token)
 if mine then
