@@ -333,8 +333,14 @@ impl EtcdBackend {
             }))
     }
 
-    /// What is left of an etcd lease, as etcd's clock sees it (etcd rounds its seconds up, so
-    /// one is taken off: this never says more than there is). `None` once it has ended.
+    /// What is left of an etcd lease that can be relied on, and its granted TTL; `None` once it
+    /// has ended. etcd answers whole seconds; one is taken off, so this never says more than there
+    /// is. A lease granted or renewed reads less than its granted TTL: more is what a leader
+    /// elected since added (a new leader gives every lease its TTL plus an election timeout), or
+    /// what etcd 3.4 answers in the middle of a leader change (9223372036 seconds). Neither is
+    /// relied on: the leader before, stalled and not yet aware of the election, still ends leases
+    /// by its own older count when it wakes (etcd releases before late 2023), so such a lease has
+    /// nothing proven left until its holder renews it.
     fn time_left(&self, lease: i64, deadline: Deadline) -> Result<Option<(Duration, i64)>> {
         let answer = self.call(
             "/v3/lease/timetolive",
@@ -347,8 +353,9 @@ impl EtcdBackend {
         if ttl <= 0 {
             return Ok(None);
         }
+        let left = if ttl >= granted { 0 } else { ttl - 1 };
         Ok(Some((
-            Duration::from_secs(u64::try_from(ttl - 1).unwrap_or(0)),
+            Duration::from_secs(u64::try_from(left).unwrap_or(0)),
             granted,
         )))
     }

@@ -231,6 +231,67 @@ fn a_member_behind_a_faulty_link_is_passed_over() {
     proxy.set(Fault::Normal);
 }
 
+/// A lease restored just after a leader change: the new leader gave every lease its TTL plus an
+/// election timeout, which the old leader, stalled, never heard of (and etcd before late 2023 lets
+/// it end leases by its own count when it wakes). The restore relies on none of that: nothing is
+/// left to rely on until the holder renews it, and the renewal is its own.
+#[test]
+fn a_lease_restored_after_a_leader_change_relies_on_nothing_the_election_added() {
+    let cluster = EtcdCluster::start();
+    let leader = cluster.leader().expect("a leader");
+    let members = cluster.members();
+    // The client talks to the two others only: no call waits on the stalled leader.
+    let hosts: Vec<String> = (1..3).map(|i| members[(leader + i) % 3].addr()).collect();
+    let url = format!(
+        "etcd://{}?connect_timeout_ms={CONNECT_MS}&io_timeout_ms={IO_MS}&prefix=faults:",
+        hosts.join(",")
+    );
+    let client = Client::new(EtcdBackend::connect(&Config::parse(&url).unwrap()).unwrap());
+    let key = unique_key("restored-after-election");
+    let lease = client
+        .acquire(&key, Duration::from_millis(200), Duration::ZERO)
+        .unwrap();
+    let token = lease.token().to_string();
+    lease.forget();
+    let status = |i: usize| -> (String, String) {
+        let body = cluster
+            .request(i, "/v3/maintenance/status", "{}")
+            .unwrap_or_default();
+        let status: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        let field = |v: &serde_json::Value| v.as_str().unwrap_or("0").to_owned();
+        (
+            field(&status["leader"]),
+            field(&status["header"]["member_id"]),
+        )
+    };
+    let (_, old_leader) = status(leader);
+    assert_ne!(old_leader, "0", "the leader's status");
+    cluster.pause(leader);
+    let paused = Instant::now();
+    // Until another member leads (the others name the leader in their status).
+    loop {
+        assert!(paused.elapsed() < Duration::from_secs(10), "no new leader");
+        std::thread::sleep(Duration::from_millis(50));
+        let (now, _) = status((leader + 1) % 3);
+        if now != "0" && now != old_leader {
+            break;
+        }
+    }
+    let restored = client.restore(&key, &token).unwrap();
+    let left = restored.remaining();
+    cluster.resume(leader);
+    assert_eq!(
+        left,
+        Duration::ZERO,
+        "a restore right after the election relied on what the election added"
+    );
+    // The holder's own renewal is what it relies on.
+    let mut restored = restored;
+    restored.extend(Duration::from_millis(500)).unwrap();
+    assert!(restored.remaining() > Duration::ZERO);
+    restored.release().unwrap();
+}
+
 fn unique_key(label: &str) -> String {
     leasehold_testkit::unique_key(label)
 }
