@@ -9,7 +9,7 @@
 use leasehold_testkit::processes::{
     self, check_sections, monotonic_ns, num, read_sections, var, Worker,
 };
-use leasehold_testkit::{ffi, unique_key, RedisServer, TempDir};
+use leasehold_testkit::{ffi, unique_key, EtcdCluster, RedisServer, TempDir};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -53,7 +53,7 @@ fn child_worker() {
 
 /// A worker in `language`, working on `key` at `url` with the other files in `dir`; its log goes
 /// to `log`. C and PHP take the PHP fixture's arguments.
-fn start(language: &str, url: &str, key: &str, dir: &Path, log: &Path) -> Worker {
+fn start(language: &str, url: &str, key: &str, dir: &Path, log: &Path, cycles: u64) -> Worker {
     let (counter, go) = (dir.join("counter"), dir.join("go"));
     let args = [
         url.to_owned(),
@@ -61,7 +61,7 @@ fn start(language: &str, url: &str, key: &str, dir: &Path, log: &Path) -> Worker
         counter.display().to_string(),
         log.display().to_string(),
         go.display().to_string(),
-        CYCLES.to_string(),
+        cycles.to_string(),
     ];
     match language {
         "rust" => {
@@ -87,6 +87,11 @@ fn start(language: &str, url: &str, key: &str, dir: &Path, log: &Path) -> Worker
 }
 
 fn languages_take_turns(backend: &str, url: &str) {
+    languages_take_turns_for(backend, url, CYCLES)
+}
+
+/// [`languages_take_turns`] with `cycles` per worker.
+fn languages_take_turns_for(backend: &str, url: &str, cycles: u64) {
     let dir = TempDir::new("languages");
     std::fs::write(dir.path().join("counter"), "0").expect("the counter file");
     let key = unique_key("languages");
@@ -94,7 +99,7 @@ fn languages_take_turns(backend: &str, url: &str) {
     for language in LANGUAGES {
         for i in 0..WORKERS_PER_LANGUAGE {
             let log = dir.path().join(format!("{language}-{i}.log"));
-            let worker = start(language, url, &key, dir.path(), &log);
+            let worker = start(language, url, &key, dir.path(), &log, cycles);
             workers.push((language, log, worker));
         }
     }
@@ -108,7 +113,7 @@ fn languages_take_turns(backend: &str, url: &str) {
         sections.extend(read_sections(log, language));
     }
 
-    let total = LANGUAGES.len() as u64 * WORKERS_PER_LANGUAGE as u64 * CYCLES;
+    let total = LANGUAGES.len() as u64 * WORKERS_PER_LANGUAGE as u64 * cycles;
     let check = check_sections(&sections);
     eprintln!(
         "{backend}: {} sections of {LANGUAGES:?} workers, the key changed language {} times",
@@ -149,4 +154,13 @@ fn rust_c_and_php_workers_share_one_key_on_local_files() {
 fn rust_c_and_php_workers_share_one_key_on_redis() {
     let server = RedisServer::start();
     languages_take_turns("redis", &server.url());
+}
+
+/// etcd's fences (2^62 + a revision) are above every clock-drawn fence and still fit PHP's int and C's
+/// `uint64_t`: each language reads the same rising sequence. Fewer cycles: every grant and release is
+/// a write through Raft on three members.
+#[test]
+fn rust_c_and_php_workers_share_one_key_on_etcd() {
+    let cluster = EtcdCluster::start();
+    languages_take_turns_for("etcd", &cluster.url(), 25);
 }
