@@ -6,8 +6,8 @@
 mod support;
 
 use leasehold_testkit::{
-    free_port, unique_key, MariaDbServer, PostgresServer, RedisCluster, RedisSentinel, RedisServer,
-    TempDir, MARIADB_PASSWORD,
+    free_port, unique_key, EtcdCluster, MariaDbServer, PostgresServer, RedisCluster, RedisSentinel,
+    RedisServer, TempDir, MARIADB_PASSWORD,
 };
 use serde_json::Value;
 use std::time::Duration;
@@ -554,4 +554,49 @@ fn postgres_table_mode_commits_its_own_grants_durably_under_synchronous_commit_o
     );
     assert_eq!(after.fence, Some(lease.fence()));
     std::mem::forget(lease);
+}
+
+#[test]
+fn etcd_is_judged_by_its_members_its_size_and_its_version() {
+    let mut cluster = EtcdCluster::start();
+    let (status, report) = doctor(&cluster.url());
+    assert_shape(&report, "etcd");
+    // Fences need no clock but rise only while no snapshot restore rewinds the revision.
+    assert_verdict(
+        &report,
+        "fence_order",
+        "holds_if",
+        "restored from a snapshot",
+    );
+    assert_verdict(&report, "survives_failover", "holds", "3 members");
+    assert_verdict(&report, "session_end_seen", "holds", "not in connections");
+    // Debian's etcd 3.4.23 predates the fix of a stalled old leader revoking leases.
+    let (verdict, because) = promise(&report, "exclusion");
+    if because.contains("3.4.2") {
+        assert_eq!(verdict, "holds_if", "{report:#}");
+    }
+    assert_eq!(status, 1, "{report:#}");
+    assert_eq!(report["facts"]["cluster_members"], "3", "{report:#}");
+
+    // A member down is reported, and judged by those that answer.
+    cluster.kill(2);
+    let (_, report) = doctor(&cluster.url());
+    let facts = report["facts"].as_object().expect("facts");
+    assert!(
+        facts
+            .values()
+            .any(|v| v.as_str().is_some_and(|v| v.contains("did not answer"))),
+        "{report:#}"
+    );
+    assert_verdict(&report, "bounded_calls", "holds", "deadline");
+
+    let single = EtcdCluster::start_with(1);
+    let (status, report) = doctor(&single.url());
+    assert_verdict(
+        &report,
+        "survives_failover",
+        "does_not_hold",
+        "a single member",
+    );
+    assert_eq!(status, 2, "{report:#}");
 }

@@ -155,6 +155,32 @@ impl Gateway {
             .join(",")
     }
 
+    /// Each member as the URL names it (`host:port`), for questions asked of every member
+    /// ([`Gateway::ask_member`]).
+    pub(crate) fn member_names(&self) -> Vec<String> {
+        self.bases
+            .iter()
+            .map(|base| base.split("://").nth(1).unwrap_or(base).to_owned())
+            .collect()
+    }
+
+    /// `POST path` with `body` to member `member` alone, within `deadline` (no failover: the
+    /// question is about that member), its error as a message with every secret masked.
+    pub(crate) fn ask_member(
+        &self,
+        member: usize,
+        path: &str,
+        body: &Value,
+        deadline: Deadline,
+    ) -> std::result::Result<Value, String> {
+        let failed = |message: String| leasehold_core::secret::redact(&message, &self.secrets);
+        match self.send(member, path, &body.to_string(), deadline) {
+            Ok(response) => read_json(response, deadline, &self.secrets).map_err(|e| e.to_string()),
+            Err(Failure::NotSent(m) | Failure::Unknown(m)) => Err(failed(m)),
+            Err(Failure::Answered { message, .. }) => Err(failed(message)),
+        }
+    }
+
     /// `POST path` with `body`, within `deadline`: the answer's JSON.
     pub(crate) fn call(
         &self,

@@ -27,6 +27,7 @@
 //!   in [`kinds`]; `once` records ([`records`]) live beside the locks, each on an etcd lease of
 //!   its keep.
 
+mod doctor;
 pub mod fence;
 mod gateway;
 mod keys;
@@ -575,5 +576,9 @@ impl LockBackend for EtcdBackend {
 
     fn topology(&self) -> Option<String> {
         Some(format!("etcd members {}", self.gateway.members()))
+    }
+
+    fn diagnose(&self) -> Result<leasehold_core::doctor::Diagnosis> {
+        doctor::diagnose(&self.gateway, || self.call_deadline())
     }
 }
