@@ -268,7 +268,10 @@ fn an_old_master_back_after_a_failover_does_not_make_a_standing_lease_lost() {
     let key = Key::new(unique_key("returns")).unwrap();
     let lock = leasehold_redis::keys::RedisKeys::new("leasehold:", &key).lock;
     let ttl = Duration::from_secs(10);
-    let mut lease = holder.try_acquire(&key, ttl).unwrap();
+    // Taken for long enough to outlast the failover and the other replica's resync below (on a
+    // loaded machine more than 10 s): the point is the old master's word, not an expiry.
+    let took = Instant::now();
+    let mut lease = holder.try_acquire(&key, Duration::from_secs(60)).unwrap();
     // Whichever replica the Sentinels promote has it.
     assert!(leasehold_testkit::wait_until(
         Duration::from_secs(5),
@@ -302,6 +305,7 @@ fn an_old_master_back_after_a_failover_does_not_make_a_standing_lease_lost() {
     assert!(back.command(&[b"ROLE"]).contains("master"));
     assert_eq!(back.command(&[b"EXISTS", &lock]).trim(), ":0");
 
+    eprintln!("sentinel: failover and resync took {:?}", took.elapsed());
     // The client's master is still the old one: it says the key is not ours.
     lease
         .extend(ttl)
