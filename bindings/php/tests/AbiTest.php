@@ -33,7 +33,7 @@ final class AbiTest extends LeaseholdTestCase
         self::assertStringContainsString('libleasehold 1.0.0', $message);
         self::assertStringContainsString('ABI 1.0', $message);
         self::assertStringContainsString('PHP package ' . Library::VERSION, $message);
-        self::assertStringContainsString('needs ABI 0.3', $message);
+        self::assertStringContainsString('needs ABI ' . self::abi(Library::ABI_VERSION), $message);
     }
 
     public function testALibraryOfAnOlderMinorIsRefused(): void
@@ -42,14 +42,16 @@ final class AbiTest extends LeaseholdTestCase
         $message = $this->connectWith($this->fakeLibrary('0.2.0', null));
         self::assertStringContainsString('libleasehold 0.2.0', $message);
         self::assertStringContainsString('a library before 0.3', $message);
-        self::assertStringContainsString('needs ABI 0.3', $message);
+        self::assertStringContainsString('needs ABI ' . self::abi(Library::ABI_VERSION), $message);
     }
 
     public function testTheRuleAcceptsANewerMinorOfTheSameMajorOnly(): void
     {
-        Library::refuseIncompatible('x', '0.3.0', 3);
+        // This package's own ABI, and any newer minor of the same major.
+        $ours = Library::ABI_VERSION;
+        Library::refuseIncompatible('x', 'v', $ours);
         Library::refuseIncompatible('x', '0.9.1', 9);
-        foreach ([2, 1003, 2003, 0] as $abi) {
+        foreach ([$ours - 1, $ours + 1000, $ours + 2000, 0] as $abi) {
             try {
                 Library::refuseIncompatible('x', 'v', $abi);
                 self::fail("ABI $abi must be refused");
@@ -84,5 +86,11 @@ final class AbiTest extends LeaseholdTestCase
             $output, $status);
         self::assertSame(0, $status, 'cc: ' . implode("\n", $output));
         return $library;
+    }
+
+    /** `major.minor` of an ABI number (`major * 1000 + minor`). */
+    private static function abi(int $abi): string
+    {
+        return sprintf('%d.%d', intdiv($abi, 1000), $abi % 1000);
     }
 }
