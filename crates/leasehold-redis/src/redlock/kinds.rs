@@ -369,8 +369,10 @@ mod tests {
         assert!(fb > fa, "{fb} after {fa}");
         assert_eq!(claim(&permit, &a, fb), Some(fb + 1));
         assert_eq!(claim(&permit, &a, fb + 10), Some(fb + 10));
-        // Granted back to A (a retried round): a fresh draw, never B's or an earlier value.
-        assert_eq!(get(&permit, &a), fb + 11);
+        // Granted back to A (a retried round): a fresh draw, never B's or an earlier value (the
+        // server's clock in µs may have passed the stored value meanwhile: then it is the draw).
+        let again = get(&permit, &a);
+        assert!(again > fb + 10, "{again} after {}", fb + 10);
         let stranger = Token::generate().unwrap();
         assert_eq!(claim(&permit, &stranger, fb + 100), None);
         settle(
