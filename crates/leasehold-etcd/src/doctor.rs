@@ -7,8 +7,8 @@
 //! - A lease survives what a majority survives: a grant is acknowledged once a majority has it in
 //!   its fsynced Raft log. So a failover keeps every lease where the cluster has three members or
 //!   more, and none where it has one.
-//! - etcd before its fix of a stalled old leader revoking leases (pull request 16822, November
-//!   2023; releases 3.4.28 and 3.5.11) can end a lease early when its leader stalls past the TTL.
+//! - etcd before 3.4.28 / 3.5.11 lets a leader that stalled past a lease's TTL still revoke the
+//!   lease once it wakes, after a new leader renewed it: the lease ends early under its holder.
 
 use crate::gateway::Gateway;
 use leasehold_core::doctor::{Diagnosis, Promise, Verdict};
