@@ -174,24 +174,27 @@ impl MysqlBackend {
     }
 }
 
-/// Adds `column` (`definition`) to the table `name` + `suffix` (quoted: `quoted`) made by an
-/// older version, looking first, so an account that may not alter the table can use one its owner
-/// has upgraded. MySQL has no `ADD COLUMN IF NOT EXISTS`; a client that adds it at the same moment
-/// makes ours fail with 1060 (duplicate column), which is success too.
+/// Adds `column` (`definition`) to the table `quoted` made by an older version, looking first, so
+/// an account that may not alter the table can use one its owner has upgraded. The look selects the
+/// column itself (error 1054 when it is missing) rather than reading `information_schema`: MariaDB
+/// 10.11 answers `information_schema.COLUMNS` through a temporary table, and was seen to crash
+/// dropping one (`ha_maria::drop_table`) while another session aborted. MySQL has no
+/// `ADD COLUMN IF NOT EXISTS`; a client that adds it at the same moment makes ours fail with 1060
+/// (duplicate column), which is success too.
 pub(crate) fn add_column(
     pools: &Pools,
     deadline: leasehold_core::Deadline,
-    (name, suffix, quoted): (&str, &str, &str),
+    quoted: &str,
     column: &str,
     definition: &str,
 ) -> Result<()> {
     let what = format!("adding the column {column} to {quoted}");
-    let look = format!(
-        "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE {}",
-        names::column_of(name, suffix, column)
-    );
-    if call(pools, deadline, &look, &what)?[0].int(0).unwrap_or(0) > 0 {
-        return Ok(());
+    let look = format!("SELECT {column} FROM {quoted} LIMIT 0");
+    let (_conn, found) = session::with_session(pools, deadline, |s| s.batch(&look, deadline))?;
+    match found {
+        Ok(_) => return Ok(()),
+        Err(session::Failure::Server(1054, _)) => {}
+        Err(e) => return Err(pools.failed(&what, &e)),
     }
     let alter = format!("ALTER TABLE {quoted} ADD COLUMN {column} {definition}");
     let (_conn, outcome) = session::with_session(pools, deadline, |s| s.batch(&alter, deadline))?;

@@ -44,8 +44,6 @@ use std::time::{Duration, Instant};
 const SLOTS_PER_STATEMENT: u32 = 128;
 
 pub(crate) struct Named {
-    /// The table name as given in the URL; the fence table is it + `_fences`.
-    name: String,
     fences: String,
     sweep_due: Every,
     /// Where the next permit attempt starts, so permits spread over the slots.
@@ -61,7 +59,6 @@ struct Held {
 impl Named {
     pub fn new(table: &str) -> Named {
         Named {
-            name: table.to_owned(),
             fences: table_ident(table, "_fences"),
             sweep_due: Every::minute(),
             next_slot: AtomicU32::new(0),
@@ -88,13 +85,7 @@ impl Named {
             &sql,
             &format!("creating the table {}", self.fences),
         )?;
-        crate::add_column(
-            pools,
-            deadline,
-            (&self.name, "_fences", &self.fences),
-            SIZE_COLUMN,
-            SIZE_DEFINITION,
-        )
+        crate::add_column(pools, deadline, &self.fences, SIZE_COLUMN, SIZE_DEFINITION)
     }
 
     /// A waiting acquire's attempts (also the single attempt of a try).

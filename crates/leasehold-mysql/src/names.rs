@@ -86,18 +86,6 @@ pub(crate) fn table_ident(name: &str, suffix: &str) -> String {
     }
 }
 
-/// The `information_schema.COLUMNS` condition that finds column `column` of the table `name` +
-/// `suffix` (`name` as checked by core's parser, so safe inside quotes).
-pub(crate) fn column_of(name: &str, suffix: &str, column: &str) -> String {
-    let (schema, table) = match name.split_once('.') {
-        Some((schema, table)) => (format!("'{schema}'"), table),
-        None => ("DATABASE()".to_owned(), name),
-    };
-    format!(
-        "TABLE_SCHEMA = {schema} AND TABLE_NAME = '{table}{suffix}' AND COLUMN_NAME = '{column}'"
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,10 +102,5 @@ mod tests {
         assert!(slot_name(&s, 65_534).len() <= 64);
         assert_ne!(&s[4..], &a[3..]);
         assert_eq!(table_ident("db.locks", "_shares"), "`db`.`locks_shares`");
-        assert_eq!(
-            column_of("db.locks", "_permits", "permits"),
-            "TABLE_SCHEMA = 'db' AND TABLE_NAME = 'locks_permits' AND COLUMN_NAME = 'permits'"
-        );
-        assert!(column_of("locks", "_fences", "permits").starts_with("TABLE_SCHEMA = DATABASE()"));
     }
 }

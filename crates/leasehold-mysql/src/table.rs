@@ -40,8 +40,6 @@ const SIZE_DEFINITION: &str = "INT UNSIGNED NULL DEFAULT NULL";
 const WRITER_MARK_US: i64 = 1_000_000;
 
 pub(crate) struct Table {
-    /// The table name as given in the URL.
-    name: String,
     main: String,
     shares: String,
     permits: String,
@@ -51,7 +49,6 @@ pub(crate) struct Table {
 impl Table {
     pub fn new(name: &str) -> Table {
         Table {
-            name: name.to_owned(),
             main: table_ident(name, ""),
             shares: table_ident(name, "_shares"),
             permits: table_ident(name, "_permits"),
@@ -90,13 +87,7 @@ impl Table {
             &sql,
             &format!("creating the tables {}", self.main),
         )?;
-        crate::add_column(
-            pools,
-            deadline,
-            (&self.name, "_permits", &self.permits),
-            SIZE_COLUMN,
-            SIZE_DEFINITION,
-        )
+        crate::add_column(pools, deadline, &self.permits, SIZE_COLUMN, SIZE_DEFINITION)
     }
 
     /// A waiting acquire's attempts (also the single attempt of a try).
