@@ -1,10 +1,10 @@
 //! The contract every backend implements.
 
 use crate::error::{Error, Result};
-use crate::interrupt::Watch;
 use crate::key::Key;
 use crate::kind::LeaseKind;
 use crate::raw_lease::RawLease;
+use crate::request::Request;
 use crate::token::Token;
 use crate::ttl::Ttl;
 use crate::wait::Waiter;
@@ -20,14 +20,12 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
     /// A short name for logs and metrics: `local`, `redis`, `redlock`, `postgres-advisory`, …
     fn name(&self) -> &'static str;
 
-    /// One attempt. `NotAcquired` if someone else holds the key.
-    fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<RawLease>;
-
-    /// Waits up to `wait` for the key: [`LockBackend::acquire_as`] of an exclusive lease.
-    /// Backends do not override it.
-    fn acquire(&self, key: &Key, ttl: Ttl, wait: Duration) -> Result<RawLease> {
-        self.acquire_as(key, LeaseKind::Exclusive, ttl, wait)
-    }
+    /// One attempt at what `request` asks for ([`Request::kind`]: exclusive, shared or a permit),
+    /// held for [`Request::ttl`]; its wait is core's ([`crate::wait::acquire_request`]).
+    /// `NotAcquired` if someone else holds the key (or every permit). A backend that does not
+    /// offer a kind refuses it with [`unsupported`]; a lease of another kind than exclusive is
+    /// marked with [`RawLease::with_kind`]. `release` and `extend` see the kind in the lease.
+    fn try_acquire(&self, request: &Request) -> Result<RawLease>;
 
     /// Compare-and-delete: removes the key only while it still holds this lease's token; `Lost`
     /// otherwise.
@@ -63,8 +61,10 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
         )))
     }
 
-    /// What the backend can tell about a key without taking it.
-    fn inspect(&self, key: &Key) -> Result<KeyInfo>;
+    /// What the backend can tell about a key without taking it: as a lock (`Exclusive` or
+    /// `Shared`, one namespace) or as a semaphore (`Permit`; a backend without semaphores refuses
+    /// it with [`unsupported`]).
+    fn inspect(&self, key: &Key, kind: LeaseKind) -> Result<KeyInfo>;
 
     /// Lets go of a lease without releasing it ([`crate::Lease::forget`], the C ABI's
     /// `leasehold_lease_detach`): the key stays held until its TTL runs out. Called once, by the
@@ -83,59 +83,13 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
         }
     }
 
-    /// One attempt at a lease of any kind ([`LeaseKind`]): exclusive goes to
-    /// [`LockBackend::try_acquire`]; a backend that offers shared locks or semaphores overrides this
-    /// for those kinds and marks the lease with [`RawLease::with_kind`]. `release` and `extend` see
-    /// the kind in the lease.
-    fn try_acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl) -> Result<RawLease> {
-        match kind {
-            LeaseKind::Exclusive => self.try_acquire(key, ttl),
-            other => Err(unsupported(self.name(), other)),
-        }
-    }
-
-    /// Waits up to `wait` for a lease of any kind: one attempt when `wait` is zero, else core's one
-    /// wait loop ([`crate::wait::acquire`]) over the backend's [`LockBackend::waiter`]. Backends
-    /// do not override it: their way to wait goes in `waiter`, so every backend and kind waits by
-    /// the same rules.
-    fn acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl, wait: Duration) -> Result<RawLease> {
-        self.acquire_watched(key, kind, ttl, wait, &Watch::none())
-    }
-
-    /// [`LockBackend::acquire_as`] whose wait ends early with `Interrupted` when `watch` fires
-    /// (the client's [`crate::Client`] passes its interrupt switch and the signal watch). Backends
-    /// do not override it.
-    fn acquire_watched(
-        &self,
-        key: &Key,
-        kind: LeaseKind,
-        ttl: Ttl,
-        wait: Duration,
-        watch: &Watch<'_>,
-    ) -> Result<RawLease> {
-        if wait.is_zero() {
-            return self.try_acquire_as(key, kind, ttl);
-        }
-        let end = crate::wait::deadline_after(wait);
-        let mut waiter = self.waiter(key, kind, ttl, end)?;
-        crate::wait::acquire(&mut *waiter, key, kind, end, watch)
-    }
-
-    /// A waiting acquire's [`Waiter`] for a wait that ends at `end`: one attempt and a way to block
-    /// until woken. Every round trip of the waiter is bounded by `end` plus one call's connect +
-    /// I/O, which the waiter works out once, here. The default polls
-    /// [`LockBackend::try_acquire_as`] with backoff ([`crate::wait::Polling`]); a backend with a
+    /// A waiting acquire's [`Waiter`] for `request`, whose wait ends at `end`: one attempt and a
+    /// way to block until woken. Every round trip of the waiter is bounded by `end` plus one call's
+    /// connect + I/O, which the waiter works out once, here. The default polls
+    /// [`LockBackend::try_acquire`] with backoff ([`crate::wait::Polling`]); a backend with a
     /// native way to wait (a queue, a wake-up) overrides it.
-    fn waiter<'a>(
-        &'a self,
-        key: &'a Key,
-        kind: LeaseKind,
-        ttl: Ttl,
-        end: Instant,
-    ) -> Result<Box<dyn Waiter + 'a>> {
-        Ok(Box::new(crate::wait::Polling::new(
-            self, key, kind, ttl, end,
-        )))
+    fn waiter<'a>(&'a self, request: &'a Request, end: Instant) -> Result<Box<dyn Waiter + 'a>> {
+        Ok(Box::new(crate::wait::Polling::new(self, request, end)))
     }
 
     /// The backend's store of small fenced records ([`crate::records`], what `once` remembers), or
@@ -156,15 +110,6 @@ pub trait LockBackend: Send + Sync + fmt::Debug {
     /// any call. The default judges nothing; [`crate::doctor::Diagnosis::complete`] then says so.
     fn diagnose(&self) -> Result<crate::doctor::Diagnosis> {
         Ok(crate::doctor::Diagnosis::new())
-    }
-
-    /// What the backend can tell about a key as a lock (`Exclusive` or `Shared`: one namespace) or
-    /// as a semaphore (`Permit`).
-    fn inspect_as(&self, key: &Key, kind: LeaseKind) -> Result<KeyInfo> {
-        match kind {
-            LeaseKind::Permit(_) => Err(unsupported(self.name(), kind)),
-            _ => self.inspect(key),
-        }
     }
 
     /// Picks up a lease taken elsewhere (another process, a queued job) by its key and token: one
@@ -227,7 +172,7 @@ impl KeyInfo {
 }
 
 /// The error of a backend that does not offer a kind of lease.
-pub(crate) fn unsupported(backend: &str, kind: LeaseKind) -> Error {
+pub fn unsupported(backend: &str, kind: LeaseKind) -> Error {
     Error::invalid(format!(
         "the {backend} backend does not offer {} leases",
         kind.name()

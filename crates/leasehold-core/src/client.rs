@@ -159,7 +159,7 @@ impl Client {
     /// `Interrupted`, on [`Client::interrupt`] and, unless switched off, SIGTERM and SIGINT). The
     /// one path every acquire of every kind takes, from Rust and from C.
     pub fn acquire_request(&self, request: &Request) -> Result<Lease> {
-        let (key, kind, ttl, wait) = (request.key(), request.kind(), request.ttl(), request.wait());
+        let (key, ttl, wait) = (request.key(), request.ttl(), request.wait());
         let held = ttl
             .held_with(self.lock_delay)
             .inspect_err(|e| self.stats.error(e.kind()))?;
@@ -167,14 +167,8 @@ impl Client {
         let retries_before = stats::retries_so_far();
         let sent = BootTime::now();
         let start = Instant::now();
-        let result = match (kind, wait.is_zero()) {
-            (LeaseKind::Exclusive, true) => self.backend.try_acquire(key, held),
-            (kind, true) => self.backend.try_acquire_as(key, kind, held),
-            (kind, false) => {
-                let watch = Watch::new(Some(&self.interrupts), self.watch_signals);
-                self.backend.acquire_watched(key, kind, held, wait, &watch)
-            }
-        };
+        let watch = Watch::new(Some(&self.interrupts), self.watch_signals);
+        let result = crate::wait::acquire_request(&*self.backend, &request.held_for(held), &watch);
         let elapsed = start.elapsed();
         self.stats
             .retries(stats::retries_so_far().wrapping_sub(retries_before));
@@ -297,12 +291,12 @@ impl Client {
         // Inspecting needs no semaphore size; any valid one stands in.
         let permits = Permits::new(MAX_PERMITS)?;
         self.backend
-            .inspect_as(&Key::new(key)?, LeaseKind::Permit(permits))
+            .inspect(&Key::new(key)?, LeaseKind::Permit(permits))
     }
 
     /// What the backend can tell about a key: held or free, time left, last fence.
     pub fn inspect(&self, key: impl AsRef<[u8]>) -> Result<KeyInfo> {
-        self.backend.inspect(&Key::new(key)?)
+        self.backend.inspect(&Key::new(key)?, LeaseKind::Exclusive)
     }
 
     /// Where the backend's data lives now (which master, replicas acknowledged), if it can tell.

@@ -37,7 +37,7 @@ pub mod wait;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
-pub use backend::{KeyInfo, LockBackend};
+pub use backend::{unsupported, KeyInfo, LockBackend};
 pub use client::Client;
 pub use config::{
     BackendConfig, Config, MysqlConfig, MysqlLockMode, PostgresConfig, PostgresLockMode,

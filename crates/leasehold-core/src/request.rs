@@ -31,6 +31,26 @@ impl Request {
         })
     }
 
+    /// A single attempt at `key` as `kind` for `ttl`, from parts already checked (a backend's own
+    /// requests, or a client's with the TTL it holds the key for).
+    pub fn from_parts(key: Key, kind: LeaseKind, ttl: Ttl) -> Request {
+        Request {
+            key,
+            kind,
+            ttl,
+            wait: Duration::ZERO,
+        }
+    }
+
+    /// This request for `ttl` instead (the client's TTL with its lock-delay, which the backend
+    /// holds the key for), keeping its key, kind and wait.
+    pub(crate) fn held_for(&self, ttl: Ttl) -> Request {
+        Request {
+            ttl,
+            ..self.clone()
+        }
+    }
+
     /// A single attempt at the key alone (a lock).
     pub fn exclusive(key: impl AsRef<[u8]>, ttl: Duration) -> Result<Request> {
         Request::new(key, LeaseKind::Exclusive, ttl)

@@ -11,6 +11,7 @@ use crate::interrupt::{Watch, CHECK_EVERY};
 use crate::key::Key;
 use crate::kind::LeaseKind;
 use crate::raw_lease::RawLease;
+use crate::request::Request;
 use std::time::{Duration, Instant};
 
 pub use crate::backoff::Backoff;
@@ -231,13 +232,11 @@ impl Default for Pause {
     }
 }
 
-/// The waiter of a backend without a native wait: attempts are `try_acquire_as`, and it sleeps in
+/// The waiter of a backend without a native wait: attempts are `try_acquire`, and it sleeps in
 /// between ([`Pause`]).
 pub struct Polling<'a, B: crate::LockBackend + ?Sized> {
     backend: &'a B,
-    key: &'a Key,
-    kind: LeaseKind,
-    ttl: crate::Ttl,
+    request: &'a Request,
     pause: Pause,
     /// The wait's end.
     end: Instant,
@@ -250,18 +249,10 @@ pub struct Polling<'a, B: crate::LockBackend + ?Sized> {
 }
 
 impl<'a, B: crate::LockBackend + ?Sized> Polling<'a, B> {
-    pub fn new(
-        backend: &'a B,
-        key: &'a Key,
-        kind: LeaseKind,
-        ttl: crate::Ttl,
-        end: Instant,
-    ) -> Self {
+    pub fn new(backend: &'a B, request: &'a Request, end: Instant) -> Self {
         Polling {
             backend,
-            key,
-            kind,
-            ttl,
+            request,
             pause: Pause::new(),
             end,
             answered: None,
@@ -271,7 +262,7 @@ impl<'a, B: crate::LockBackend + ?Sized> Polling<'a, B> {
 }
 
 impl<B: crate::LockBackend + ?Sized> Waiter for Polling<'_, B> {
-    /// Each attempt is one `try_acquire_as`, bounded by a call's connect + I/O of its own, so no
+    /// Each attempt is one `try_acquire`, bounded by a call's connect + I/O of its own, so no
     /// final attempt starts once one has already looked at the key after the wait's end: that would
     /// take the call past wait + connect + I/O. A polling waiter holds no place to give up.
     fn attempt(&mut self, last: bool, _block_until: Instant) -> Result<Turn> {
@@ -281,7 +272,7 @@ impl<B: crate::LockBackend + ?Sized> Waiter for Polling<'_, B> {
                 None => Ok(Turn::NotYet { holder_left: None }),
             };
         }
-        let result = self.backend.try_acquire_as(self.key, self.kind, self.ttl);
+        let result = self.backend.try_acquire(self.request);
         self.answered = Some(Instant::now());
         if let Err(Error::NotAcquired(why)) = &result {
             self.refusal = Some(why.clone());
@@ -294,31 +285,41 @@ impl<B: crate::LockBackend + ?Sized> Waiter for Polling<'_, B> {
     }
 }
 
+/// Takes what `request` asks for from `backend`: one attempt when its wait is zero, else the one
+/// wait loop ([`acquire`]) over the backend's [`crate::LockBackend::waiter`], ending early with
+/// `Interrupted` when `watch` fires. Every acquire of every backend and kind comes here, so every
+/// backend waits by the same rules.
+pub fn acquire_request<B: crate::LockBackend + ?Sized>(
+    backend: &B,
+    request: &Request,
+    watch: &Watch<'_>,
+) -> Result<RawLease> {
+    if request.wait().is_zero() {
+        return backend.try_acquire(request);
+    }
+    let end = deadline_after(request.wait());
+    let mut waiter = backend.waiter(request, end)?;
+    acquire(&mut *waiter, request.key(), request.kind(), end, watch)
+}
+
 /// Waits by polling `try_acquire` through the one loop, whatever the backend's own waiter (a
 /// baseline for benchmarks, and the wait of backends that cannot be woken).
 pub fn poll_acquire<B: crate::LockBackend + ?Sized>(
     backend: &B,
-    key: &Key,
-    ttl: crate::Ttl,
-    wait: Duration,
+    request: &Request,
 ) -> Result<RawLease> {
-    poll_acquire_as(backend, key, LeaseKind::Exclusive, ttl, wait)
-}
-
-/// [`poll_acquire`] for a lease of any kind.
-pub fn poll_acquire_as<B: crate::LockBackend + ?Sized>(
-    backend: &B,
-    key: &Key,
-    kind: LeaseKind,
-    ttl: crate::Ttl,
-    wait: Duration,
-) -> Result<RawLease> {
-    if wait.is_zero() {
-        return backend.try_acquire_as(key, kind, ttl);
+    if request.wait().is_zero() {
+        return backend.try_acquire(request);
     }
-    let end = deadline_after(wait);
-    let mut waiter = Polling::new(backend, key, kind, ttl, end);
-    acquire(&mut waiter, key, kind, end, &Watch::none())
+    let end = deadline_after(request.wait());
+    let mut waiter = Polling::new(backend, request, end);
+    acquire(
+        &mut waiter,
+        request.key(),
+        request.kind(),
+        end,
+        &Watch::none(),
+    )
 }
 
 /// The `NotAcquired` error every backend gives for a key held by someone else.
@@ -364,7 +365,8 @@ mod tests {
         fn name(&self) -> &'static str {
             "slow"
         }
-        fn try_acquire(&self, key: &Key, _: Ttl) -> Result<RawLease> {
+        fn try_acquire(&self, request: &Request) -> Result<RawLease> {
+            let key = request.key();
             std::thread::sleep(self.each);
             self.attempts.fetch_add(1, Ordering::Relaxed);
             Err(Error::NotAcquired(format!(
@@ -377,7 +379,7 @@ mod tests {
         fn extend(&self, _: &mut RawLease, _: Ttl) -> Result<()> {
             unreachable!()
         }
-        fn inspect(&self, _: &Key) -> Result<KeyInfo> {
+        fn inspect(&self, _: &Key, _: LeaseKind) -> Result<KeyInfo> {
             unreachable!()
         }
     }
@@ -390,9 +392,10 @@ mod tests {
             each: Duration::from_millis(60),
             attempts: AtomicU32::new(0),
         };
-        let key = Key::new(b"k").unwrap();
-        let ttl = Ttl::new(Duration::from_secs(1)).unwrap();
-        let result = poll_acquire(&slow, &key, ttl, Duration::from_millis(20));
+        let request = Request::exclusive(b"k", Duration::from_secs(1))
+            .and_then(|r| r.waiting(Duration::from_millis(20)))
+            .unwrap();
+        let result = poll_acquire(&slow, &request);
         assert_eq!(slow.attempts.load(Ordering::Relaxed), 1);
         // The wait ends with that attempt's own reason, never a generic "held by another owner"
         // for a key the backend did not say was held.

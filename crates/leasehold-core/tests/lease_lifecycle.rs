@@ -3,7 +3,9 @@
 //! backend plays the server's side, so each rule is shown on its own, with no network in between.
 //! Its own test binary: the simulated suspend moves the clock for the whole process.
 
-use leasehold_core::{Client, Error, Key, KeyInfo, LockBackend, RawLease, Result, Token, Ttl};
+use leasehold_core::{
+    Client, Error, Key, KeyInfo, LeaseKind, LockBackend, RawLease, Request, Result, Token, Ttl,
+};
 use std::collections::VecDeque;
 use std::sync::{Mutex, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
@@ -49,7 +51,8 @@ impl LockBackend for Scripted {
     fn name(&self) -> &'static str {
         "scripted"
     }
-    fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<RawLease> {
+    fn try_acquire(&self, request: &Request) -> Result<RawLease> {
+        let (key, ttl) = (request.key(), request.ttl());
         if let Some(hook) = self.on_acquire.lock().unwrap().take() {
             hook();
         }
@@ -67,7 +70,7 @@ impl LockBackend for Scripted {
     fn extend(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
         self.next(lease, Some(ttl))
     }
-    fn inspect(&self, _: &Key) -> Result<KeyInfo> {
+    fn inspect(&self, _: &Key, _: LeaseKind) -> Result<KeyInfo> {
         Ok(KeyInfo::default())
     }
 }

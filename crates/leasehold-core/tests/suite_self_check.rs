@@ -2,8 +2,8 @@
 //! up here, next to the suite, rather than as a mysterious failure in every real backend.
 
 use leasehold_core::{
-    conformance, wait, Client, Error, Key, KeyInfo, LeaseKind, LockBackend, RawLease, Result,
-    Token, Ttl,
+    conformance, wait, Client, Error, Key, KeyInfo, LeaseKind, LockBackend, RawLease, Request,
+    Result, Token, Ttl,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -92,11 +92,8 @@ impl LockBackend for Memory {
         "memory"
     }
 
-    fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<RawLease> {
-        self.try_acquire_as(key, LeaseKind::Exclusive, ttl)
-    }
-
-    fn try_acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl) -> Result<RawLease> {
+    fn try_acquire(&self, request: &Request) -> Result<RawLease> {
+        let (key, kind, ttl) = (request.key(), request.kind(), request.ttl());
         let token = Token::generate()?;
         self.with(key, kind, |r, now| {
             // Every holder of a semaphore asks for the same size.
@@ -120,18 +117,17 @@ impl LockBackend for Memory {
 
     fn waiter<'a>(
         &'a self,
-        key: &'a Key,
-        kind: LeaseKind,
-        ttl: Ttl,
+        request: &'a Request,
         end: std::time::Instant,
     ) -> Result<Box<dyn wait::Waiter + 'a>> {
+        let (key, kind) = (request.key(), request.kind());
         // A waiting writer holds new readers back while it polls.
         let writer = kind == LeaseKind::Exclusive;
         if writer {
             self.with(key, kind, |r, _| r.writers_waiting += 1);
         }
         Ok(Box::new(WaitingWriter {
-            polling: wait::Polling::new(self, key, kind, ttl, end),
+            polling: wait::Polling::new(self, request, end),
             memory: self,
             key,
             writer,
@@ -198,7 +194,10 @@ impl LockBackend for Memory {
         Ok(())
     }
 
-    fn inspect(&self, key: &Key) -> Result<KeyInfo> {
+    fn inspect(&self, key: &Key, kind: LeaseKind) -> Result<KeyInfo> {
+        if let LeaseKind::Permit(_) = kind {
+            return Err(leasehold_core::unsupported(self.name(), kind));
+        }
         self.with(key, LeaseKind::Exclusive, |r, now| {
             let fence = (r.fence > 0).then_some(r.fence);
             let left = r.holders.values().map(|(_, exp)| *exp - now).max();

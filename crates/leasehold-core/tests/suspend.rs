@@ -3,7 +3,9 @@
 //! by the time slept. Deadlines are on the boot clock now, which counts suspend. Its own test binary:
 //! the simulated suspend moves the clock for the whole process.
 
-use leasehold_core::{Client, Error, Key, KeyInfo, LockBackend, RawLease, Result, Token, Ttl};
+use leasehold_core::{
+    Client, Error, Key, KeyInfo, LeaseKind, LockBackend, RawLease, Request, Result, Token, Ttl,
+};
 use std::time::{Duration, Instant};
 
 /// Grants every request: only the client-side deadline is under test.
@@ -14,7 +16,8 @@ impl LockBackend for Always {
     fn name(&self) -> &'static str {
         "always"
     }
-    fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<RawLease> {
+    fn try_acquire(&self, request: &Request) -> Result<RawLease> {
+        let (key, ttl) = (request.key(), request.ttl());
         Ok(RawLease::new(
             key.clone(),
             Token::generate()?,
@@ -29,7 +32,7 @@ impl LockBackend for Always {
     fn extend(&self, _: &mut RawLease, _: Ttl) -> Result<()> {
         Err(Error::Lost("not under test".into()))
     }
-    fn inspect(&self, _: &Key) -> Result<KeyInfo> {
+    fn inspect(&self, _: &Key, _: LeaseKind) -> Result<KeyInfo> {
         Ok(KeyInfo::default())
     }
 }

@@ -39,7 +39,8 @@ use gateway::{b64, number, revision, unb64, Gateway, Retry};
 use leasehold_core::config::BackendConfig;
 use leasehold_core::wait::{self, Waiter};
 use leasehold_core::{
-    Config, Deadline, Error, Key, KeyInfo, LeaseKind, LockBackend, RawLease, Result, Token, Ttl,
+    Config, Deadline, Error, Key, KeyInfo, LeaseKind, LockBackend, RawLease, Request, Result,
+    Token, Ttl,
 };
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -119,6 +120,22 @@ pub(crate) enum Who<'a> {
 }
 
 impl EtcdBackend {
+    /// What a lock key (exclusive or shared) holds now.
+    fn inspect_lock(&self, key: &Key) -> Result<KeyInfo> {
+        let deadline = self.call_deadline();
+        if let Some(holder) = self.holder(key, deadline)? {
+            let left = self
+                .time_left(holder.lease, deadline)?
+                .map(|(left, _)| left);
+            return Ok(KeyInfo::new(true, left, Some(holder.fence)).with_holders(1, false));
+        }
+        let readers = kinds::count(self, &keys::readers(&self.prefix, key), deadline)?;
+        if readers.holders == 0 {
+            return Ok(KeyInfo::new(false, None, None));
+        }
+        Ok(KeyInfo::new(true, None, readers.fence).with_holders(readers.holders, true))
+    }
+
     pub fn connect(config: &Config) -> Result<EtcdBackend> {
         let BackendConfig::Etcd(etcd) = &config.backend else {
             return Err(Error::invalid("not an etcd:// configuration"));
@@ -380,12 +397,9 @@ impl LockBackend for EtcdBackend {
         "etcd"
     }
 
-    fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<RawLease> {
-        self.try_lock(key, LeaseKind::Exclusive, ttl)
-    }
-
-    fn try_acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl) -> Result<RawLease> {
-        match kind {
+    fn try_acquire(&self, request: &Request) -> Result<RawLease> {
+        let (key, ttl) = (request.key(), request.ttl());
+        match request.kind() {
             LeaseKind::Permit(permits) => self.try_permit(key, permits.get(), ttl),
             kind => self.try_lock(key, kind, ttl),
         }
@@ -473,22 +487,7 @@ impl LockBackend for EtcdBackend {
         kinds::demote(self, lease, ttl)
     }
 
-    fn inspect(&self, key: &Key) -> Result<KeyInfo> {
-        let deadline = self.call_deadline();
-        if let Some(holder) = self.holder(key, deadline)? {
-            let left = self
-                .time_left(holder.lease, deadline)?
-                .map(|(left, _)| left);
-            return Ok(KeyInfo::new(true, left, Some(holder.fence)).with_holders(1, false));
-        }
-        let readers = kinds::count(self, &keys::readers(&self.prefix, key), deadline)?;
-        if readers.holders == 0 {
-            return Ok(KeyInfo::new(false, None, None));
-        }
-        Ok(KeyInfo::new(true, None, readers.fence).with_holders(readers.holders, true))
-    }
-
-    fn inspect_as(&self, key: &Key, kind: LeaseKind) -> Result<KeyInfo> {
+    fn inspect(&self, key: &Key, kind: LeaseKind) -> Result<KeyInfo> {
         match kind {
             LeaseKind::Permit(_) => {
                 let deadline = self.call_deadline();
@@ -496,7 +495,7 @@ impl LockBackend for EtcdBackend {
                 Ok(KeyInfo::new(permits.holders > 0, None, permits.fence)
                     .with_holders(permits.holders, false))
             }
-            _ => self.inspect(key),
+            _ => self.inspect_lock(key),
         }
     }
 
@@ -554,16 +553,11 @@ impl LockBackend for EtcdBackend {
         Ok(deleted)
     }
 
-    fn waiter<'a>(
-        &'a self,
-        key: &'a Key,
-        kind: LeaseKind,
-        ttl: Ttl,
-        end: Instant,
-    ) -> Result<Box<dyn Waiter + 'a>> {
-        match kind {
+    fn waiter<'a>(&'a self, request: &'a Request, end: Instant) -> Result<Box<dyn Waiter + 'a>> {
+        let (key, ttl) = (request.key(), request.ttl());
+        match request.kind() {
             // Semaphores poll: a permit frees no particular waiter's turn.
-            LeaseKind::Permit(_) => Ok(Box::new(wait::Polling::new(self, key, kind, ttl, end))),
+            LeaseKind::Permit(_) => Ok(Box::new(wait::Polling::new(self, request, end))),
             kind => Ok(Box::new(waiting::QueueWaiter::new(
                 self, key, kind, ttl, end,
             )?)),

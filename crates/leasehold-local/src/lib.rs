@@ -88,8 +88,8 @@ use dir::Dir;
 use file::{Locked, Mode};
 use leasehold_core::wait::{held_elsewhere, Waiter};
 use leasehold_core::{
-    BackendConfig, Config, Error, Key, KeyInfo, LeaseKind, LockBackend, RawLease, Result, Token,
-    Ttl,
+    BackendConfig, Config, Error, Key, KeyInfo, LeaseKind, LockBackend, RawLease, Request, Result,
+    Token, Ttl,
 };
 pub use record::MAX_HOLDERS;
 use record::{Admit, Holder, Record, Want};
@@ -480,11 +480,8 @@ impl LockBackend for LocalBackend {
         Ok(doctor::diagnose(&self.dir))
     }
 
-    fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<RawLease> {
-        self.try_acquire_as(key, LeaseKind::Exclusive, ttl)
-    }
-
-    fn try_acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl) -> Result<RawLease> {
+    fn try_acquire(&self, request: &Request) -> Result<RawLease> {
+        let (key, kind, ttl) = (request.key(), request.kind(), request.ttl());
         let sent = Instant::now();
         let token = Token::generate()?;
         let name = self.record_name(key, kind);
@@ -510,13 +507,8 @@ impl LockBackend for LocalBackend {
         Ok(RawLease::new(key.clone(), token, fence, ttl, sent).with_kind(kind))
     }
 
-    fn waiter<'a>(
-        &'a self,
-        key: &'a Key,
-        kind: LeaseKind,
-        ttl: Ttl,
-        end: Instant,
-    ) -> Result<Box<dyn Waiter + 'a>> {
+    fn waiter<'a>(&'a self, request: &'a Request, end: Instant) -> Result<Box<dyn Waiter + 'a>> {
+        let (key, kind, ttl) = (request.key(), request.kind(), request.ttl());
         Ok(Box::new(queue::QueueWaiter::new(
             self, key, kind, ttl, end,
         )?))
@@ -591,11 +583,7 @@ impl LockBackend for LocalBackend {
         Ok(())
     }
 
-    fn inspect(&self, key: &Key) -> Result<KeyInfo> {
-        self.inspect_as(key, LeaseKind::Exclusive)
-    }
-
-    fn inspect_as(&self, key: &Key, kind: LeaseKind) -> Result<KeyInfo> {
+    fn inspect(&self, key: &Key, kind: LeaseKind) -> Result<KeyInfo> {
         let name = self.record_name(key, kind);
         let give_up = self.give_up(Instant::now());
         let Some(file) = Locked::open(&self.dir, &name, false, Mode::Shared, give_up)? else {

@@ -162,7 +162,7 @@ fn decode(b: &[u8]) -> Option<u32> {
 mod tests {
     use super::*;
     use crate::LocalBackend;
-    use leasehold_core::{Config, ErrorKind as Kind, LockBackend, Permits, Ttl};
+    use leasehold_core::{Config, ErrorKind as Kind, LockBackend, Permits, Request, Ttl};
     use std::os::unix::fs::PermissionsExt;
     use std::path::PathBuf;
     use std::time::Duration;
@@ -209,16 +209,24 @@ mod tests {
         let key = Key::new("sem").unwrap();
         let side = side_file(&b, &key);
         let record = b.dir.join(&b.record_name(&key, permits(1)));
-        b.try_acquire_as(&key, permits(3), Ttl::from_millis(1).unwrap())
-            .unwrap();
+        b.try_acquire(&Request::from_parts(
+            key.clone(),
+            permits(3),
+            Ttl::from_millis(1).unwrap(),
+        ))
+        .unwrap();
         let mode = std::fs::metadata(&side).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600, "private, like records");
         assert_eq!(std::fs::read(&side).unwrap(), encode(3));
         std::thread::sleep(Duration::from_millis(5));
         // The holder ran out (on the boot clock, as the record judges it): its size went with it.
-        let mut lease = b.try_acquire_as(&key, permits(5), long()).unwrap();
+        let mut lease = b
+            .try_acquire(&Request::from_parts(key.clone(), permits(5), long()))
+            .unwrap();
         assert_eq!(std::fs::read(&side).unwrap(), encode(5));
-        let err = b.try_acquire_as(&key, permits(3), long()).unwrap_err();
+        let err = b
+            .try_acquire(&Request::from_parts(key.clone(), permits(3), long()))
+            .unwrap_err();
         assert_eq!(err.kind(), Kind::InvalidArgument, "{err}");
         b.release(&mut lease).unwrap();
         assert!(!side.exists());
@@ -227,18 +235,26 @@ mod tests {
         // with no holder of it, which does not bind.
         std::fs::File::create(&record).unwrap();
         std::fs::write(&side, encode(7)).unwrap();
-        let mut lease = b.try_acquire_as(&key, permits(2), long()).unwrap();
+        let mut lease = b
+            .try_acquire(&Request::from_parts(key.clone(), permits(2), long()))
+            .unwrap();
         assert_eq!(std::fs::read(&side).unwrap(), encode(2));
 
         // Garbage (or no file) beside live holders says nothing: the request's size is taken,
         // and binds from then on.
         std::fs::write(&side, b"garbage").unwrap();
-        let mut other = b.try_acquire_as(&key, permits(4), long()).unwrap();
+        let mut other = b
+            .try_acquire(&Request::from_parts(key.clone(), permits(4), long()))
+            .unwrap();
         assert_eq!(std::fs::read(&side).unwrap(), encode(4));
-        let err = b.try_acquire_as(&key, permits(2), long()).unwrap_err();
+        let err = b
+            .try_acquire(&Request::from_parts(key.clone(), permits(2), long()))
+            .unwrap_err();
         assert_eq!(err.kind(), Kind::InvalidArgument, "{err}");
         std::fs::remove_file(&side).unwrap();
-        let mut third = b.try_acquire_as(&key, permits(4), long()).unwrap();
+        let mut third = b
+            .try_acquire(&Request::from_parts(key.clone(), permits(4), long()))
+            .unwrap();
         assert_eq!(std::fs::read(&side).unwrap(), encode(4));
         for held in [&mut lease, &mut other, &mut third] {
             b.release(held).unwrap();
@@ -252,13 +268,16 @@ mod tests {
         let key = Key::new("sem-gone").unwrap();
         let side = side_file(&b, &key);
         let record = b.dir.join(&b.record_name(&key, permits(1)));
-        let mut lease = b.try_acquire_as(&key, permits(2), long()).unwrap();
+        let mut lease = b
+            .try_acquire(&Request::from_parts(key.clone(), permits(2), long()))
+            .unwrap();
         b.release(&mut lease).unwrap();
         assert!(!record.exists() && !side.exists(), "a release deletes both");
 
         // A crashed holder's record and side file go with the sweep.
         let short = Ttl::from_millis(1).unwrap();
-        b.try_acquire_as(&key, permits(2), short).unwrap();
+        b.try_acquire(&Request::from_parts(key.clone(), permits(2), short))
+            .unwrap();
         assert!(side.exists());
         std::thread::sleep(Duration::from_millis(5));
         assert_eq!(b.sweep().unwrap(), 1);
@@ -266,7 +285,8 @@ mod tests {
 
         // A side file left by a process that deleted the record without it is swept too, and is
         // not counted as a record.
-        b.try_acquire_as(&key, permits(2), long()).unwrap();
+        b.try_acquire(&Request::from_parts(key.clone(), permits(2), long()))
+            .unwrap();
         std::fs::remove_file(&record).unwrap();
         assert_eq!(b.sweep().unwrap(), 0);
         assert!(!record.exists() && !side.exists(), "the orphan is deleted");

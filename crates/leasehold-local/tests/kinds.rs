@@ -207,7 +207,7 @@ fn a_key_keeps_at_most_max_holders_leases() {
 /// handle that missed the flip (an outcome the caller never learnt) still leaves no entry behind.
 #[test]
 fn promote_and_demote_rewrite_the_one_entry() {
-    use leasehold_core::{Key, LeaseKind, LockBackend, Ttl};
+    use leasehold_core::{Key, LeaseKind, LockBackend, Request, Ttl};
     let dir = temp_dir("kinds-promote");
     let (a, b) = (client(&dir.file_url()), client(&dir.file_url()));
     let mut r = a.try_acquire_shared("pd", LONG).unwrap();
@@ -235,7 +235,7 @@ fn promote_and_demote_rewrite_the_one_entry() {
     let backend = LocalBackend::open(&Config::parse(&dir.file_url()).unwrap()).unwrap();
     let (key, ttl) = (Key::new("pd-raw").unwrap(), Ttl::new(LONG).unwrap());
     let mut promoted = backend
-        .try_acquire_as(&key, LeaseKind::Shared, ttl)
+        .try_acquire(&Request::from_parts(key.clone(), LeaseKind::Shared, ttl))
         .unwrap();
     let mut stale = backend.restore(&key, promoted.token()).unwrap();
     backend.try_promote(&mut promoted, ttl).unwrap();
@@ -250,7 +250,10 @@ fn promote_and_demote_rewrite_the_one_entry() {
         ErrorKind::InvalidArgument
     );
     backend.release(&mut stale).unwrap();
-    assert_eq!(backend.inspect(&key).unwrap().holders, Some(0));
+    assert_eq!(
+        backend.inspect(&key, LeaseKind::Exclusive).unwrap().holders,
+        Some(0)
+    );
     assert_eq!(
         backend.release(&mut promoted).unwrap_err().kind(),
         ErrorKind::Lost

@@ -77,7 +77,7 @@ pub use names::lock_name;
 use leasehold_core::config::{BackendConfig, MysqlLockMode};
 use leasehold_core::wait::{self, Turn, Waiter};
 use leasehold_core::{
-    Config, Error, Key, KeyInfo, LeaseKind, LockBackend, RawLease, Result, Token, Ttl,
+    Config, Error, Key, KeyInfo, LeaseKind, LockBackend, RawLease, Request, Result, Token, Ttl,
 };
 use named::Named;
 use session::{call, Pools};
@@ -217,28 +217,18 @@ impl LockBackend for MysqlBackend {
         }
     }
 
-    fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<RawLease> {
-        self.try_acquire_as(key, LeaseKind::Exclusive, ttl)
-    }
-
     /// The waiter's attempt, as the final one of a wait: bounded like any call, and a writer does
     /// not mark itself as waiting.
-    fn try_acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl) -> Result<RawLease> {
+    fn try_acquire(&self, request: &Request) -> Result<RawLease> {
         let now = Instant::now();
-        match self.waiter(key, kind, ttl, now)?.attempt(true, now)? {
+        match self.waiter(request, now)?.attempt(true, now)? {
             Turn::Granted(lease) => Ok(lease),
-            Turn::NotYet { .. } => Err(wait::refused(key, kind)),
+            Turn::NotYet { .. } => Err(wait::refused(request.key(), request.kind())),
         }
     }
 
-    fn waiter<'a>(
-        &'a self,
-        key: &'a Key,
-        kind: LeaseKind,
-        ttl: Ttl,
-        end: Instant,
-    ) -> Result<Box<dyn Waiter + 'a>> {
-        let ask = self.ask(key, ttl);
+    fn waiter<'a>(&'a self, request: &'a Request, end: Instant) -> Result<Box<dyn Waiter + 'a>> {
+        let (ask, kind) = (self.ask(request.key(), request.ttl()), request.kind());
         match &self.mode {
             Mode::Named(n) => n.waiter(&self.pools, ask, kind, end),
             Mode::Table(t) => Ok(t.waiter(&self.pools, ask, kind, end)),
@@ -293,11 +283,7 @@ impl LockBackend for MysqlBackend {
         }
     }
 
-    fn inspect(&self, key: &Key) -> Result<KeyInfo> {
-        self.inspect_as(key, LeaseKind::Exclusive)
-    }
-
-    fn inspect_as(&self, key: &Key, kind: LeaseKind) -> Result<KeyInfo> {
+    fn inspect(&self, key: &Key, kind: LeaseKind) -> Result<KeyInfo> {
         let prefixed = key.prefixed(&self.prefix);
         match &self.mode {
             Mode::Named(n) => n.inspect(&self.pools, &prefixed, kind),

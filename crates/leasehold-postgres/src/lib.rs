@@ -210,7 +210,7 @@ use leasehold_core::config::{BackendConfig, PostgresLockMode, PostgresPooler};
 use leasehold_core::wait::{Polling, Waiter};
 use leasehold_core::Deadline;
 use leasehold_core::{
-    Config, Error, Key, KeyInfo, LeaseKind, LockBackend, RawLease, Result, Token, Ttl,
+    Config, Error, Key, KeyInfo, LeaseKind, LockBackend, RawLease, Request, Result, Token, Ttl,
 };
 use session::{last_value, number, Conn, Failure, Pools, Session, SessionSettings};
 use std::fmt;
@@ -395,53 +395,36 @@ impl LockBackend for PostgresBackend {
         }
     }
 
-    fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<RawLease> {
-        let ask = self.ask(key, ttl);
-        match &self.mode {
-            Mode::Advisory(a) => a.try_acquire(&ask, false),
-            Mode::Table(t) => t.try_acquire(&ask),
-        }
-    }
-
-    fn try_acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl) -> Result<RawLease> {
-        if kind == LeaseKind::Exclusive {
-            return self.try_acquire(key, ttl);
-        }
+    fn try_acquire(&self, request: &Request) -> Result<RawLease> {
+        let kind = request.kind();
         if kind == LeaseKind::Shared {
             self.shared_allowed()?;
         }
-        let ask = self.ask(key, ttl);
+        let ask = self.ask(request.key(), request.ttl());
         match (&self.mode, kind) {
+            (Mode::Advisory(a), LeaseKind::Exclusive) => a.try_acquire(&ask, false),
             (Mode::Advisory(a), LeaseKind::Shared) => a.try_acquire(&ask, true),
             (Mode::Advisory(a), LeaseKind::Permit(n)) => a.try_acquire_permit(&ask, n),
+            (Mode::Table(t), LeaseKind::Exclusive) => t.try_acquire(&ask),
             (Mode::Table(t), LeaseKind::Shared) => t.try_acquire_shared(&ask),
             (Mode::Table(t), LeaseKind::Permit(n)) => t.try_acquire_permit(&ask, n),
-            (_, other) => Err(Error::invalid(format!(
-                "the {} backend does not offer {} leases",
-                self.name(),
-                other.name()
-            ))),
+            (_, other) => Err(leasehold_core::unsupported(self.name(), other)),
         }
     }
 
     /// Each mode's way to wait, driven by core's one wait loop: advisory locks wait in the
     /// server's lock queue inside an attempt; table mode and advisory semaphores queue on an
     /// advisory lock and LISTEN at the queue's head (`waiting.rs`).
-    fn waiter<'a>(
-        &'a self,
-        key: &'a Key,
-        kind: LeaseKind,
-        ttl: Ttl,
-        end: Instant,
-    ) -> Result<Box<dyn Waiter + 'a>> {
+    fn waiter<'a>(&'a self, request: &'a Request, end: Instant) -> Result<Box<dyn Waiter + 'a>> {
+        let kind = request.kind();
         if kind == LeaseKind::Shared {
             self.shared_allowed()?;
         }
-        let ask = self.ask(key, ttl);
+        let ask = self.ask(request.key(), request.ttl());
         if self.pooler == PostgresPooler::Transaction {
             // The queue's head holds a session lock and LISTENs, which transaction pooling
             // would hand to other clients: waits poll instead, through the same loop.
-            return Ok(Box::new(Polling::new(self, key, kind, ttl, end)));
+            return Ok(Box::new(Polling::new(self, request, end)));
         }
         Ok(match (&self.mode, kind) {
             (Mode::Advisory(a), LeaseKind::Exclusive) => {
@@ -455,24 +438,19 @@ impl LockBackend for PostgresBackend {
                 Mode::Table(t),
                 kind @ (LeaseKind::Exclusive | LeaseKind::Shared | LeaseKind::Permit(_)),
             ) => Box::new(QueueWaiter::new(t, ask, kind, end)),
-            (_, other) => {
-                return Err(Error::invalid(format!(
-                    "the {} backend does not offer {} leases",
-                    self.name(),
-                    other.name()
-                )))
-            }
+            (_, other) => return Err(leasehold_core::unsupported(self.name(), other)),
         })
     }
 
-    fn inspect_as(&self, key: &Key, kind: LeaseKind) -> Result<KeyInfo> {
+    fn inspect(&self, key: &Key, kind: LeaseKind) -> Result<KeyInfo> {
         let prefixed = key.prefixed(&self.prefix);
         match (&self.mode, kind) {
             (Mode::Advisory(a), LeaseKind::Permit(n)) => {
                 a.inspect_permits(&self.pools, &prefixed, n)
             }
             (Mode::Table(t), LeaseKind::Permit(_)) => t.inspect_permits(&self.pools, &prefixed),
-            _ => self.inspect(key),
+            (Mode::Advisory(a), _) => a.inspect(&self.pools, &prefixed),
+            (Mode::Table(t), _) => t.inspect(&self.pools, &prefixed),
         }
     }
 
@@ -529,14 +507,6 @@ impl LockBackend for PostgresBackend {
             Mode::Advisory(a) => a.detach(lease, ttl),
             // A table lease lives in its row; its state only names the process that took it.
             Mode::Table(_) => drop(lease.state.take()),
-        }
-    }
-
-    fn inspect(&self, key: &Key) -> Result<KeyInfo> {
-        let prefixed = key.prefixed(&self.prefix);
-        match &self.mode {
-            Mode::Advisory(a) => a.inspect(&self.pools, &prefixed),
-            Mode::Table(t) => t.inspect(&self.pools, &prefixed),
         }
     }
 

@@ -51,7 +51,12 @@ fn a_grant_and_a_record_survive_a_crash_under_asynchronous_commit() {
     server.start_again();
 
     let backend = connect();
-    let info = backend.inspect(&Key::new(&key).unwrap()).unwrap();
+    let info = backend
+        .inspect(
+            &Key::new(&key).unwrap(),
+            leasehold_core::LeaseKind::Exclusive,
+        )
+        .unwrap();
     assert!(info.held, "the grant survived the crash");
     assert_eq!(info.fence, Some(fence), "with its fence");
     let got = backend.records().unwrap().get(&recorded).unwrap();

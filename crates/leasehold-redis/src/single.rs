@@ -38,7 +38,7 @@ use leasehold_core::wait::{held_elsewhere, Polling, Turn, Waiter, Wake, Woken};
 use leasehold_core::{
     BackendConfig, Config, Deadline, Error, Key, KeyInfo, LeaseKind, LockBackend,
 };
-use leasehold_core::{RawLease, Result};
+use leasehold_core::{RawLease, Request, Result};
 use leasehold_core::{Token, Ttl};
 use std::fmt;
 use std::sync::Arc;
@@ -421,25 +421,14 @@ impl LockBackend for RedisBackend {
         }
     }
 
-    fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<RawLease> {
-        let keys = self.keys(key);
-        let token = Token::generate()?;
-        let sent = Instant::now();
-        let deadline = self.write_deadline();
-        let attempt = self.topology.run(&keys, deadline, |node, via| {
-            node.acquire_via(
-                &keys,
-                &token,
-                ttl,
-                Mode::Try,
-                self.signal_ttl,
-                deadline,
-                via,
-            )
-        })?;
-        match attempt {
-            Attempt::Acquired(fence) => Ok(RawLease::new(key.clone(), token, fence, ttl, sent)),
-            _ => Err(held_elsewhere(key)),
+    /// An exclusive lease here (FIFO-queued, see the module docs); shared locks and semaphores
+    /// in `kinds.rs`.
+    fn try_acquire(&self, request: &Request) -> Result<RawLease> {
+        match request.kind() {
+            LeaseKind::Exclusive => self.try_lock(request.key(), request.ttl()),
+            other => self
+                .kinds()
+                .try_acquire_as(request.key(), other, request.ttl()),
         }
     }
 
@@ -490,31 +479,19 @@ impl LockBackend for RedisBackend {
         self.kinds().demote(lease, ttl)
     }
 
-    /// With its holders: 1 for an exclusive lease, the number of shares for a shared one.
-    fn inspect(&self, key: &Key) -> Result<KeyInfo> {
-        self.kinds().inspect_as(key, LeaseKind::Exclusive)
-    }
-
-    // Shared locks, semaphores, restore and force-release: see `kinds.rs`.
-    fn try_acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl) -> Result<RawLease> {
-        match kind {
-            LeaseKind::Exclusive => self.try_acquire(key, ttl),
-            other => self.kinds().try_acquire_as(key, other, ttl),
-        }
+    /// With its holders: 1 for an exclusive lease, the number of shares for a shared one (see
+    /// `kinds.rs`, as restore and force-release).
+    fn inspect(&self, key: &Key, kind: LeaseKind) -> Result<KeyInfo> {
+        self.kinds().inspect_as(key, kind)
     }
 
     /// The lock's native FIFO wait (see the module docs), a share's or a permit's (`kinds.rs`).
-    fn waiter<'a>(
-        &'a self,
-        key: &'a Key,
-        kind: LeaseKind,
-        ttl: Ttl,
-        end: Instant,
-    ) -> Result<Box<dyn Waiter + 'a>> {
+    fn waiter<'a>(&'a self, request: &'a Request, end: Instant) -> Result<Box<dyn Waiter + 'a>> {
         if !self.blocks_fractionally {
             // Redis < 6 rounds BLPOP timeouts to whole seconds: poll instead.
-            return Ok(Box::new(Polling::new(self, key, kind, ttl, end)));
+            return Ok(Box::new(Polling::new(self, request, end)));
         }
+        let (key, kind, ttl) = (request.key(), request.kind(), request.ttl());
         if kind != LeaseKind::Exclusive {
             return self
                 .kinds()
@@ -538,10 +515,6 @@ impl LockBackend for RedisBackend {
         }))
     }
 
-    fn inspect_as(&self, key: &Key, kind: LeaseKind) -> Result<KeyInfo> {
-        self.kinds().inspect_as(key, kind)
-    }
-
     fn restore(&self, key: &Key, token: Token) -> Result<RawLease> {
         self.kinds().restore(key, token)
     }
@@ -557,6 +530,29 @@ impl LockBackend for RedisBackend {
 }
 
 impl RedisBackend {
+    /// One attempt at the key alone.
+    fn try_lock(&self, key: &Key, ttl: Ttl) -> Result<RawLease> {
+        let keys = self.keys(key);
+        let token = Token::generate()?;
+        let sent = Instant::now();
+        let deadline = self.write_deadline();
+        let attempt = self.topology.run(&keys, deadline, |node, via| {
+            node.acquire_via(
+                &keys,
+                &token,
+                ttl,
+                Mode::Try,
+                self.signal_ttl,
+                deadline,
+                via,
+            )
+        })?;
+        match attempt {
+            Attempt::Acquired(fence) => Ok(RawLease::new(key.clone(), token, fence, ttl, sent)),
+            _ => Err(held_elsewhere(key)),
+        }
+    }
+
     pub(crate) fn kinds(&self) -> crate::kinds::Single<'_> {
         crate::kinds::Single {
             topology: &self.topology,

@@ -6,7 +6,9 @@
 
 mod common;
 
-use leasehold_core::{Client, Error, Key, LockBackend, RawLease, Ttl};
+use leasehold_core::interrupt::Watch;
+use leasehold_core::wait;
+use leasehold_core::{Client, Error, Key, LeaseKind, LockBackend, RawLease, Request, Ttl};
 use leasehold_testkit::{unique_key, RedisServer};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -28,12 +30,13 @@ enum Waiting {
 }
 
 fn acquire(backend: &dyn LockBackend, key: &Key, ttl: Ttl, how: Waiting) -> RawLease {
-    let wait = Duration::from_secs(60);
+    let once = Request::from_parts(key.clone(), LeaseKind::Exclusive, ttl);
+    let waiting = once.clone().waiting(Duration::from_secs(60)).unwrap();
     let result = match how {
-        Waiting::Native => backend.acquire(key, ttl, wait),
-        Waiting::CoreBackoff => leasehold_core::wait::poll_acquire(backend, key, ttl, wait),
+        Waiting::Native => wait::acquire_request(backend, &waiting, &Watch::none()),
+        Waiting::CoreBackoff => wait::poll_acquire(backend, &waiting),
         Waiting::Fixed100ms => loop {
-            match backend.try_acquire(key, ttl) {
+            match backend.try_acquire(&once) {
                 Err(Error::NotAcquired(_)) => std::thread::sleep(Duration::from_millis(100)),
                 other => break other,
             }

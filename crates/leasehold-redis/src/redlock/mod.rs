@@ -70,7 +70,7 @@ use fanout::{Fanout, Timing};
 use kinds::NodeOp;
 use leasehold_core::wait::{Polling, Waiter};
 use leasehold_core::{BackendConfig, Config, Deadline, Error, Key, KeyInfo, LockBackend};
-use leasehold_core::{LeaseKind, RawLease, Result};
+use leasehold_core::{LeaseKind, RawLease, Request, Result};
 use leasehold_core::{Token, Ttl};
 use node::{Queueing, RedlockKeys};
 use round::{listen_until, lost, Round};
@@ -292,40 +292,19 @@ impl LockBackend for RedlockBackend {
         Ok(d)
     }
 
-    fn try_acquire(&self, key: &Key, ttl: Ttl) -> Result<RawLease> {
-        let keys = self.keys(key);
-        let bound = self.call_deadline();
-        let tainted = Taint::new(self.fanout.len());
-        match self.round(
-            key,
-            &keys,
-            &NodeOp::Lock,
-            Token::generate()?,
-            ttl,
-            Queueing::Never,
-            bound,
-            &tainted,
-        ) {
-            Round::Granted(lease) => Ok(lease),
-            Round::Refused(_, why, _) => Err(Error::NotAcquired(why)),
-            Round::Down(e) | Round::Invalid(e) => Err(e),
-        }
-    }
-
     /// Exclusive waiters rank themselves in the nodes' queues and poll by rank (`RoundWaiter`);
     /// shares and permits poll (core's jittered backoff): Redlock's queues only rank exclusive
     /// waiters, which is what gives a waiting writer precedence over new readers.
-    fn waiter<'a>(
-        &'a self,
-        key: &'a Key,
-        kind: LeaseKind,
-        ttl: Ttl,
-        end: Instant,
-    ) -> Result<Box<dyn Waiter + 'a>> {
-        if kind != LeaseKind::Exclusive {
-            return Ok(Box::new(Polling::new(self, key, kind, ttl, end)));
+    fn waiter<'a>(&'a self, request: &'a Request, end: Instant) -> Result<Box<dyn Waiter + 'a>> {
+        if request.kind() != LeaseKind::Exclusive {
+            return Ok(Box::new(Polling::new(self, request, end)));
         }
-        Ok(Box::new(RoundWaiter::new(self, key, ttl, end)?))
+        Ok(Box::new(RoundWaiter::new(
+            self,
+            request.key(),
+            request.ttl(),
+            end,
+        )?))
     }
 
     fn release(&self, lease: &mut RawLease) -> Result<()> {
@@ -440,11 +419,10 @@ impl LockBackend for RedlockBackend {
         RedlockBackend::demote(self, lease, ttl)
     }
 
-    // Shared locks, semaphores, restore and force-release: see `kinds.rs`.
-    fn try_acquire_as(&self, key: &Key, kind: LeaseKind, ttl: Ttl) -> Result<RawLease> {
-        if kind == LeaseKind::Exclusive {
-            return self.try_acquire(key, ttl);
-        }
+    /// One round of the kind's script on every node (shared locks, semaphores, restore and
+    /// force-release: see `kinds.rs`).
+    fn try_acquire(&self, request: &Request) -> Result<RawLease> {
+        let (key, kind, ttl) = (request.key(), request.kind(), request.ttl());
         let keys = self.keys(key);
         let bound = self.call_deadline();
         let token = Token::generate()?;
@@ -475,7 +453,8 @@ impl LockBackend for RedlockBackend {
         }
     }
 
-    fn inspect_as(&self, key: &Key, kind: LeaseKind) -> Result<KeyInfo> {
+    /// With the holders' count and kind (`leasehold status` shows readers).
+    fn inspect(&self, key: &Key, kind: LeaseKind) -> Result<KeyInfo> {
         let prefix = self.prefix.clone();
         let calls = self.call_deadline();
         let k = key.clone();
@@ -612,11 +591,6 @@ impl LockBackend for RedlockBackend {
             return Ok(any);
         }
         Err(tally.unavailable("force_release"))
-    }
-
-    /// With the holders' count and kind (`leasehold status` shows readers).
-    fn inspect(&self, key: &Key) -> Result<KeyInfo> {
-        self.inspect_as(key, LeaseKind::Exclusive)
     }
 
     /// The single-node record on every node, read and written by quorum (see `records.rs`).
