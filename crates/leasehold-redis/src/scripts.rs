@@ -62,6 +62,10 @@
 //! fast path (nobody queued) skips the closures. Those two are the only scripts split at their
 //! top level; each part is still whole statements.
 //!
+//! A lock's Redlock script takes its single-node twin's KEYS in the same order, those it has no
+//! use for left off the end and its own (the node's stamp) added there: a key is at the same
+//! index in both. (A Redlock semaphore keeps other keys, its slots.)
+//!
 //! The pieces are joined as they are, byte for byte: the texts (and so their SHA1s, which servers
 //! and reviewers know them by) are exactly what the files hold, in order. So the `.lua` files
 //! carry no comment about their KEYS and ARGV (that would change the text): those are documented
@@ -199,7 +203,7 @@ const SHARED_SETTLE: &str = concat!(
     include_str!("lua/shared_settle.lua"),
 );
 
-/// KEYS: lock, fence, queue, heartbeats, shares, share fences. ARGV: token, ttl ms, fence
+/// KEYS: lock, fence, shares, share fences, queue, heartbeats. ARGV: token, ttl ms, fence
 /// retention ms, signal prefix, signal suffix, signal ttl ms.
 ///
 /// Promotes the token's share to the exclusive lock when no other unexpired share is left: the
@@ -353,8 +357,8 @@ const REDLOCK_PROMOTE: &str = concat!(
     include_str!("lua/redlock_promote.lua"),
 );
 
-/// Redlock's demote on one node. KEYS: lock, shares, share fences, Redlock queue, Redlock
-/// heartbeats. ARGV: token, ttl ms, the lease's fence. [`DEMOTE`] without waking anyone: the lock
+/// Redlock's demote on one node. KEYS: lock, Redlock queue, Redlock heartbeats, shares, share
+/// fences. ARGV: token, ttl ms, the lease's fence. [`DEMOTE`] without waking anyone: the lock
 /// the token holds becomes its share, with the lease's fence as the share's record, and the token
 /// leaves the node's Redlock queue (a lease granted to a waiter keeps its place there until its
 /// release, and a ranked place makes new readers give way to a writer that no longer waits). A `#shared` key with the token's live share (a demote
