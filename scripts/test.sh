@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of Leasehold: the README's test command, and what .ci/run calls.
 #
-# On a fresh machine it installs what it lacks (redis-server, PostgreSQL, MariaDB, valgrind, PHP with
+# On a fresh machine it installs what it lacks (redis-server, PostgreSQL, MariaDB, valgrind, luac5.1, PHP with
 # FFI, phpunit, composer, pkg-config) with apt-get. It never uses the machine's shared servers: every test
 # starts its own redis-server, PostgreSQL and MariaDB on free loopback ports. A missing server fails the
 # run; nothing is skipped.
@@ -19,6 +19,8 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
 [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
 command -v etcd >/dev/null || missing+=(etcd-server)
 command -v valgrind >/dev/null || missing+=(valgrind)
+# The Redis scripts are compiled with Lua 5.1's luac (crates/leasehold-redis/tests/scripts_compile.rs).
+command -v luac5.1 >/dev/null || missing+=(lua5.1)
 command -v cc >/dev/null || missing+=(gcc)
 command -v make >/dev/null || missing+=(make)
 command -v openssl >/dev/null || missing+=(openssl)

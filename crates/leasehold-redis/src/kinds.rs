@@ -492,10 +492,10 @@ impl<'a> Single<'a> {
                 .keys([
                     &b.lock,
                     &b.fence,
-                    &b.queue,
-                    &b.heartbeats,
                     &k.shares,
                     &k.share_fences,
+                    &b.queue,
+                    &b.heartbeats,
                 ])
                 .arg(token.as_str())
                 .arg(ttl.as_millis())

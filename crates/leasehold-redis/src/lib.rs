@@ -107,3 +107,11 @@ mod wire;
 pub use connection::ConnectSettings;
 pub use redlock::RedlockBackend;
 pub use single::{RedisBackend, DEFAULT_WAITER_HEARTBEAT};
+
+/// Every Lua script the backend runs, by name, with its text exactly as sent to the server (the
+/// pieces in `src/lua/` joined): for `tests/scripts_compile.rs`, which compiles each with
+/// `luac5.1`. Not part of the API.
+#[doc(hidden)]
+pub fn script_texts() -> &'static [(&'static str, &'static str)] {
+    &scripts::TEXTS
+}

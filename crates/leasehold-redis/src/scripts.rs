@@ -19,9 +19,13 @@
 //! # How the texts are assembled
 //!
 //! The Lua lives in `src/lua/`, none of it in Rust strings: each script is its `.lua` file, or
-//! the `concat!` of `include_str!`s of its pieces, all at compile time. The pieces shared by
-//! several scripts are in `src/lua/shared/`, one file each, so that a helper is the same text in
-//! every script that uses it (and is reviewed once):
+//! the `concat!` of `include_str!`s of its pieces, all at compile time. Every piece is valid Lua
+//! on its own: a shared piece only defines `local function`s, and the script's own piece, last,
+//! calls them (`tests/scripts_compile.rs` compiles each piece and each script with `luac5.1`, and
+//! fails on any global a script reads or writes beyond those Redis gives it). The pieces shared
+//! by several scripts are in `src/lua/shared/`, one file each, so that a helper is the same text
+//! in every script that uses it (and is reviewed once); a script includes only the pieces it
+//! calls, since Lua makes a closure for each `local function` it runs through, every call:
 //!
 //! - `prelude.lua`: the helpers most scripts start with (`clock`, `now_ms`, `fence_at`,
 //!   `next_fence`, `current_fence`, `live_head`, `wake`, `hand_over`). A waiter's signal list is
@@ -32,34 +36,35 @@
 //!   server ms until which a lease granted or extended here may live, and `until`, before which
 //!   this node grants nothing. It expires a fence retention after its horizon, as a key's fence
 //!   counter does after its last lease.
-//! - `share_helpers.lua`, `join_or_renew.lua`, `share_helpers_end.lua`, in this order: the share
-//!   helpers of the shared-lock and semaphore scripts, after the prelude (`queue_place`'s `wait`
-//!   branch is `join_or_renew.lua`). While shares exist the lock key holds `#shared` (see
-//!   `kind_keys.rs`) and expires exactly with the last share, which is what lets the exclusive
-//!   scripts stay as they are: they see a held key with a PTTL.
-//! - `join_or_renew.lua`: a refused `wait` attempt's place in queue `q` (heartbeats `h`): it
-//!   joins at the back, or renews its heartbeat if already in; both keys live twice the waiter's
-//!   TTL. Needs `token`, `now` and `waiter_ttl`.
-//! - `free_if_no_shares.lua`: the end of a shared acquire's look at a `#shared` key (`l`, shares
-//!   `r`, share fences `rf`) whose shares all expired: the key is freed, and `holder` with it.
-//! - `claim_now.lua`: the server's clock in ms, as `now`, for the claim scripts that check an
-//!   expiry.
-//! - `promote_check.lua`: the check of both promote scripts, after their own header has set `l`,
-//!   `f`, `r`, `token`, `granule` and `retention`: it returns `{-1, 0}` when the token holds
-//!   nothing and `{0, pttl}` while another live share is left, and otherwise leaves the new fence
-//!   in `fence` (the current one when the token holds the lock already: a promote sent again).
-//! - `claim_fence.lua`: the end of Redlock's claim scripts, once they found that the token
-//!   (`ARGV[1]`) holds the key on this node: draws the counter `F`'s next value, at least the fence
-//!   asked for (`ARGV[2]`), keeps it `ARGV[3]` ms, and leaves it in `fence`. A node whose counter
-//!   already reached the fence asked for answers a value above it, never the fence itself: that
-//!   value was drawn here for someone else, and raising a counter to it would let this node count
-//!   for two holders (see `redlock/fence.rs`). `return_fence.lua` returns it.
+//! - `share_helpers.lua`: `drop_expired_shares` and `fit_shares`, after the prelude. While
+//!   shares exist the lock key holds `#shared` (see `kind_keys.rs`) and expires exactly with the
+//!   last share, which is what lets the exclusive scripts stay as they are: they see a held key
+//!   with a PTTL.
+//! - `free_if_no_shares.lua`: the end of a shared acquire's look at a `#shared` key whose shares
+//!   all expired: the key is freed.
+//! - `join_or_renew.lua`: a refused `wait` attempt's place in a queue: it joins at the back, or
+//!   renews its heartbeat if already in; both keys live twice the waiter's TTL.
+//! - `queue_place.lua`: after `join_or_renew.lua`, the place of a refused shared or semaphore
+//!   attempt: `wait` joins or renews, `last` leaves.
+//! - `promote_check.lua`: the check of both promote scripts, after the prelude: the reply when
+//!   the token holds nothing (`{-1, 0}`) or another live share is left (`{0, pttl}`), else the
+//!   new fence (the current one when the token holds the lock already: a promote sent again).
+//! - `claim_now.lua`: the server's clock in ms, for the claim scripts that check an expiry (they
+//!   have no prelude).
+//! - `claim_fence.lua`: Redlock's claim scripts' draw, once they found that the token holds the
+//!   key on this node: the counter's next value, at least the fence asked for. A node whose
+//!   counter already reached the fence asked for answers a value above it, never the fence
+//!   itself: that value was drawn here for someone else, and raising a counter to it would let
+//!   this node count for two holders (see `redlock/fence.rs`).
 //!
 //! A script whose common case returns before the helpers ([`ACQUIRE`], [`RELEASE`]) puts its fast
-//! path first (`acquire.lua`), then the prelude, then the rest (`acquire_queued.lua`): Lua makes a
-//! closure for each `local function` it runs through, every call, so the fast path (nobody
-//! queued) skips that cost. A script split around a shared piece names its later parts after what
-//! they do (`redlock_acquire_rank.lua`).
+//! path first (`acquire.lua`), then the prelude, then the rest (`acquire_queued.lua`), so that the
+//! fast path (nobody queued) skips the closures. Those two are the only scripts split at their
+//! top level; each part is still whole statements.
+//!
+//! A lock's Redlock script takes its single-node twin's KEYS in the same order, those it has no
+//! use for left off the end and its own (the node's stamp) added there: a key is at the same
+//! index in both. (A Redlock semaphore keeps other keys, its slots.)
 //!
 //! The pieces are joined as they are, byte for byte: the texts (and so their SHA1s, which servers
 //! and reviewers know them by) are exactly what the files hold, in order. So the `.lua` files
@@ -118,30 +123,25 @@ const EXTEND: &str = concat!(
 /// from the counter and returns it; otherwise returns 0 and draws nothing, so that a node draws
 /// only for the token holding the key there (see `redlock/fence.rs`).
 const REDLOCK_CLAIM_FENCE: &str = concat!(
-    include_str!("lua/redlock_claim_fence.lua"),
     include_str!("lua/shared/claim_fence.lua"),
-    include_str!("lua/shared/return_fence.lua"),
+    include_str!("lua/redlock_claim_fence.lua"),
 );
 
 /// [`REDLOCK_CLAIM_FENCE`] for a share. KEYS: lock, fence, shares, share fences. ARGV: as there.
 /// Draws from the lock's counter while the token holds an unexpired share, and records the value
 /// as the share's fence, which a retried acquire and a restore report.
 const REDLOCK_CLAIM_SHARE_FENCE: &str = concat!(
-    include_str!("lua/redlock_claim_share_fence.lua"),
     include_str!("lua/shared/claim_now.lua"),
-    include_str!("lua/redlock_claim_share_fence_expiry.lua"),
     include_str!("lua/shared/claim_fence.lua"),
-    include_str!("lua/redlock_claim_share_fence_record.lua"),
+    include_str!("lua/redlock_claim_share_fence.lua"),
 );
 
 /// [`REDLOCK_CLAIM_FENCE`] for a permit. KEYS: slots, slot of, expiries, fence. ARGV: as there.
 /// Draws from the semaphore's counter while the token holds an unexpired slot.
 const REDLOCK_CLAIM_PERMIT_FENCE: &str = concat!(
-    include_str!("lua/redlock_claim_permit_fence.lua"),
     include_str!("lua/shared/claim_now.lua"),
-    include_str!("lua/redlock_claim_permit_fence_expiry.lua"),
     include_str!("lua/shared/claim_fence.lua"),
-    include_str!("lua/shared/return_fence.lua"),
+    include_str!("lua/redlock_claim_permit_fence.lua"),
 );
 
 /// Redlock's acquire on one node. KEYS: lock, fence, Redlock queue, Redlock heartbeats, the
@@ -164,9 +164,8 @@ const REDLOCK_CLAIM_PERMIT_FENCE: &str = concat!(
 const REDLOCK_ACQUIRE: &str = concat!(
     include_str!("lua/shared/prelude.lua"),
     include_str!("lua/shared/redlock_gate.lua"),
-    include_str!("lua/redlock_acquire.lua"),
     include_str!("lua/shared/join_or_renew.lua"),
-    include_str!("lua/redlock_acquire_rank.lua"),
+    include_str!("lua/redlock_acquire.lua"),
 );
 
 /// Redlock's release on one node. KEYS: lock, Redlock queue, Redlock heartbeats. ARGV: token,
@@ -187,11 +186,10 @@ const REDLOCK_RELEASE: &str = include_str!("lua/redlock_release.lua");
 const SHARED_ACQUIRE: &str = concat!(
     include_str!("lua/shared/prelude.lua"),
     include_str!("lua/shared/share_helpers.lua"),
-    include_str!("lua/shared/join_or_renew.lua"),
-    include_str!("lua/shared/share_helpers_end.lua"),
-    include_str!("lua/shared_acquire.lua"),
     include_str!("lua/shared/free_if_no_shares.lua"),
-    include_str!("lua/shared_acquire_grant.lua"),
+    include_str!("lua/shared/join_or_renew.lua"),
+    include_str!("lua/shared/queue_place.lua"),
+    include_str!("lua/shared_acquire.lua"),
 );
 
 /// KEYS: lock, queue, heartbeats, shares, share fences. ARGV: token, ttl ms (`0`: release),
@@ -202,12 +200,10 @@ const SHARED_ACQUIRE: &str = concat!(
 const SHARED_SETTLE: &str = concat!(
     include_str!("lua/shared/prelude.lua"),
     include_str!("lua/shared/share_helpers.lua"),
-    include_str!("lua/shared/join_or_renew.lua"),
-    include_str!("lua/shared/share_helpers_end.lua"),
     include_str!("lua/shared_settle.lua"),
 );
 
-/// KEYS: lock, fence, queue, heartbeats, shares, share fences. ARGV: token, ttl ms, fence
+/// KEYS: lock, fence, shares, share fences, queue, heartbeats. ARGV: token, ttl ms, fence
 /// retention ms, signal prefix, signal suffix, signal ttl ms.
 ///
 /// Promotes the token's share to the exclusive lock when no other unexpired share is left: the
@@ -220,9 +216,8 @@ const SHARED_SETTLE: &str = concat!(
 /// woken, as by an extend.
 const PROMOTE: &str = concat!(
     include_str!("lua/shared/prelude.lua"),
-    include_str!("lua/promote.lua"),
     include_str!("lua/shared/promote_check.lua"),
-    include_str!("lua/promote_switch.lua"),
+    include_str!("lua/promote.lua"),
 );
 
 /// KEYS: lock, queue, heartbeats, shares, share fences. ARGV: token, ttl ms, the lease's fence,
@@ -238,8 +233,6 @@ const PROMOTE: &str = concat!(
 const DEMOTE: &str = concat!(
     include_str!("lua/shared/prelude.lua"),
     include_str!("lua/shared/share_helpers.lua"),
-    include_str!("lua/shared/join_or_renew.lua"),
-    include_str!("lua/shared/share_helpers_end.lua"),
     include_str!("lua/demote.lua"),
 );
 
@@ -277,9 +270,8 @@ const INSPECT_KINDS: &str = concat!(
 /// beside live holders (granted by an older version) lets any size in and takes its size.
 const PERMIT_ACQUIRE: &str = concat!(
     include_str!("lua/shared/prelude.lua"),
-    include_str!("lua/shared/share_helpers.lua"),
     include_str!("lua/shared/join_or_renew.lua"),
-    include_str!("lua/shared/share_helpers_end.lua"),
+    include_str!("lua/shared/queue_place.lua"),
     include_str!("lua/permit_acquire.lua"),
 );
 
@@ -309,12 +301,9 @@ const PERMIT_INSPECT: &str = concat!(
 const REDLOCK_SHARED_ACQUIRE: &str = concat!(
     include_str!("lua/shared/prelude.lua"),
     include_str!("lua/shared/share_helpers.lua"),
-    include_str!("lua/shared/join_or_renew.lua"),
-    include_str!("lua/shared/share_helpers_end.lua"),
+    include_str!("lua/shared/free_if_no_shares.lua"),
     include_str!("lua/shared/redlock_gate.lua"),
     include_str!("lua/redlock_shared_acquire.lua"),
-    include_str!("lua/shared/free_if_no_shares.lua"),
-    include_str!("lua/redlock_shared_acquire_grant.lua"),
 );
 
 /// Redlock's permit acquire on one node. KEYS: slots (slot → token), slot of (token → slot),
@@ -364,13 +353,12 @@ const REDLOCK_PERMIT_SETTLE: &str = concat!(
 /// (see `redlock/swap.rs`); the node's horizon is moved before the call, as for an extend.
 const REDLOCK_PROMOTE: &str = concat!(
     include_str!("lua/shared/prelude.lua"),
-    include_str!("lua/redlock_promote.lua"),
     include_str!("lua/shared/promote_check.lua"),
-    include_str!("lua/redlock_promote_switch.lua"),
+    include_str!("lua/redlock_promote.lua"),
 );
 
-/// Redlock's demote on one node. KEYS: lock, shares, share fences, Redlock queue, Redlock
-/// heartbeats. ARGV: token, ttl ms, the lease's fence. [`DEMOTE`] without waking anyone: the lock
+/// Redlock's demote on one node. KEYS: lock, Redlock queue, Redlock heartbeats, shares, share
+/// fences. ARGV: token, ttl ms, the lease's fence. [`DEMOTE`] without waking anyone: the lock
 /// the token holds becomes its share, with the lease's fence as the share's record, and the token
 /// leaves the node's Redlock queue (a lease granted to a waiter keeps its place there until its
 /// release, and a ranked place makes new readers give way to a writer that no longer waits). A `#shared` key with the token's live share (a demote
@@ -380,8 +368,6 @@ const REDLOCK_PROMOTE: &str = concat!(
 const REDLOCK_DEMOTE: &str = concat!(
     include_str!("lua/shared/prelude.lua"),
     include_str!("lua/shared/share_helpers.lua"),
-    include_str!("lua/shared/join_or_renew.lua"),
-    include_str!("lua/shared/share_helpers_end.lua"),
     include_str!("lua/redlock_demote.lua"),
 );
 
@@ -502,3 +488,55 @@ pub(crate) static ALL: [&LazyLock<Script>; 27] = [
     &REDLOCK_GATE_REACH_SCRIPT,
     &RECORD_SCRIPT,
 ];
+
+/// Every script's name and text, as the server gets them: what `tests/scripts_compile.rs` compiles
+/// (through `leasehold_redis::script_texts`).
+pub(crate) static TEXTS: [(&str, &str); 27] = [
+    ("SHARED_ACQUIRE", SHARED_ACQUIRE),
+    ("SHARED_SETTLE", SHARED_SETTLE),
+    ("PROMOTE", PROMOTE),
+    ("DEMOTE", DEMOTE),
+    ("RESTORE", RESTORE),
+    ("FORCE_RELEASE", FORCE_RELEASE),
+    ("INSPECT_KINDS", INSPECT_KINDS),
+    ("PERMIT_ACQUIRE", PERMIT_ACQUIRE),
+    ("PERMIT_SETTLE", PERMIT_SETTLE),
+    ("PERMIT_INSPECT", PERMIT_INSPECT),
+    ("REDLOCK_SHARED_ACQUIRE", REDLOCK_SHARED_ACQUIRE),
+    ("REDLOCK_CLAIM_FENCE", REDLOCK_CLAIM_FENCE),
+    ("REDLOCK_CLAIM_SHARE_FENCE", REDLOCK_CLAIM_SHARE_FENCE),
+    ("REDLOCK_CLAIM_PERMIT_FENCE", REDLOCK_CLAIM_PERMIT_FENCE),
+    ("REDLOCK_PERMIT_ACQUIRE", REDLOCK_PERMIT_ACQUIRE),
+    ("REDLOCK_PERMIT_SETTLE", REDLOCK_PERMIT_SETTLE),
+    ("REDLOCK_PROMOTE", REDLOCK_PROMOTE),
+    ("REDLOCK_DEMOTE", REDLOCK_DEMOTE),
+    ("ACQUIRE", ACQUIRE),
+    ("RELEASE", RELEASE),
+    ("EXTEND", EXTEND),
+    ("REDLOCK_ACQUIRE", REDLOCK_ACQUIRE),
+    ("REDLOCK_RELEASE", REDLOCK_RELEASE),
+    ("REDLOCK_GATE_READ", REDLOCK_GATE_READ),
+    ("REDLOCK_GATE_INIT", REDLOCK_GATE_INIT),
+    ("REDLOCK_GATE_REACH", REDLOCK_GATE_REACH),
+    ("RECORD", RECORD),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::{ALL, TEXTS};
+    use redis::Script;
+
+    /// `TEXTS` lists what runs: every script in `ALL`, each once.
+    #[test]
+    fn texts_are_the_scripts_that_run() {
+        let mut run: Vec<String> = ALL.iter().map(|s| s.get_hash().to_owned()).collect();
+        let mut listed: Vec<String> = TEXTS
+            .iter()
+            .map(|(_, text)| Script::new(text).get_hash().to_owned())
+            .collect();
+        run.sort();
+        listed.sort();
+        listed.dedup();
+        assert_eq!(run, listed);
+    }
+}

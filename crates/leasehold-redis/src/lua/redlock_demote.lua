@@ -1,5 +1,5 @@
 
-local l, r, rf, q, h = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local l, q, h, r, rf = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local token, ttl = ARGV[1], tonumber(ARGV[2])
 local holder = redis.call('GET', l)
 local now = now_ms()

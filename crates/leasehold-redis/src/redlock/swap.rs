@@ -89,10 +89,10 @@ fn demote_on(
     let done: i64 = node.call("demote", deadline, |c| {
         REDLOCK_DEMOTE_SCRIPT
             .key(&keys.base.lock)
-            .key(&keys.shares)
-            .key(&keys.share_fences)
             .key(&queue.queue)
             .key(&queue.heartbeats)
+            .key(&keys.shares)
+            .key(&keys.share_fences)
             .arg(token.as_str())
             .arg(ttl.as_millis())
             .arg(fence)

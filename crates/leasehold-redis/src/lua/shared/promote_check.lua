@@ -1,16 +1,19 @@
-local holder = redis.call('GET', l)
-local us, now = clock()
-local fence
-if holder == token then
-  fence = current_fence(f, retention)
-elseif holder == '#shared' then
-  if tonumber(redis.call('ZSCORE', r, token) or '0') <= now then
+
+-- The check both promote scripts start with. Returns the reply when the token's share cannot
+-- become the lock: `{-1, 0}` when the token holds nothing, `{0, pttl}` while another live share
+-- is left. Otherwise nil, the new fence (the current one when the token holds the lock already:
+-- a promote sent again) and the server's ms.
+local function promote_check(l, f, r, token, granule, retention)
+  local holder = redis.call('GET', l)
+  local us, now = clock()
+  if holder == token then
+    return nil, current_fence(f, retention), now
+  end
+  if holder ~= '#shared' or tonumber(redis.call('ZSCORE', r, token) or '0') <= now then
     return {-1, 0}
   end
   if redis.call('ZCOUNT', r, '(' .. now, '+inf') > 1 then
     return {0, redis.call('PTTL', l)}
   end
-  fence = fence_at(f, us, granule, retention)
-else
-  return {-1, 0}
+  return nil, fence_at(f, us, granule, retention), now
 end

@@ -24,13 +24,3 @@ local function fit_shares(l, r, rf, now)
   redis.call('PEXPIRE', rf, left)
   return before, left
 end
--- A waiter's place in the FIFO queue: a refused `wait` attempt joins (or renews), a refused
--- `last` attempt leaves.
-local function queue_place(q, h, token, mode, waiter_ttl, now)
-  if mode == 'last' then
-    redis.call('ZREM', q, token)
-    redis.call('HDEL', h, token)
-    if redis.call('ZCARD', q) == 0 then
-      redis.call('DEL', q, h)
-    end
-  elseif mode == 'wait' then
