@@ -164,12 +164,7 @@ impl EtcdCluster {
     }
 
     fn spawn(&mut self, i: usize, state: &str) {
-        let initial = self
-            .members
-            .iter()
-            .map(|m| format!("{}={}", m.name, m.peer_url()))
-            .collect::<Vec<_>>()
-            .join(",");
+        let initial = self.initial_cluster();
         let member = &self.members[i];
         let data = self.dir.path().join(&member.name);
         let log = self.dir.path().join(format!("{}.log", member.name));
@@ -394,6 +389,78 @@ impl EtcdCluster {
                 .any(|s| s.leader != 0 && s.leader != alone.member_id)
     }
 
+    /// `etcdctl snapshot save` through a running member, into the cluster's directory (Debian's
+    /// `etcd-client`); the snapshot's path. Plain-text clusters only.
+    pub fn save_snapshot(&self, name: &str) -> PathBuf {
+        let m = self
+            .members
+            .iter()
+            .find(|m| m.is_running())
+            .expect("a running member");
+        let path = self.dir.path().join(format!("{name}.snapshot"));
+        let out = etcdctl()
+            .arg(format!("--endpoints=http://{}", m.addr()))
+            .args(["snapshot", "save"])
+            .arg(&path)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run etcdctl ({e}); install etcd-client"));
+        assert!(
+            out.status.success(),
+            "etcdctl snapshot save: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        path
+    }
+
+    /// What an operator does to bring a cluster back from a backup: every member stopped, its
+    /// data replaced by `etcdctl snapshot restore` of `snapshot` (same names, peer URLs and
+    /// token), started again; waits until the cluster has a leader. The revision goes back to the
+    /// snapshot's, and the Raft log starts over.
+    pub fn restore_snapshot(&mut self, snapshot: &std::path::Path) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+        let initial = self.initial_cluster();
+        for i in 0..self.members.len() {
+            let m = &self.members[i];
+            let data = self.dir.path().join(&m.name);
+            std::fs::remove_dir_all(&data)
+                .unwrap_or_else(|e| panic!("remove {}: {e}", data.display()));
+            let out = etcdctl()
+                .args(["snapshot", "restore"])
+                .arg(snapshot)
+                .arg(format!("--name={}", m.name))
+                .arg(format!("--data-dir={}", data.display()))
+                .arg(format!("--initial-cluster={initial}"))
+                .arg(format!("--initial-cluster-token={}", self.token))
+                .arg(format!("--initial-advertise-peer-urls={}", m.peer_url()))
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run etcdctl ({e}); install etcd-client"));
+            assert!(
+                out.status.success(),
+                "etcdctl snapshot restore: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        for i in 0..self.members.len() {
+            self.spawn(i, "existing");
+        }
+        self.wait_healthy(Duration::from_secs(60));
+        for i in 0..self.members.len() {
+            let id = self.status(i).map(|s| s.member_id);
+            self.members[i].id = format!("{:x}", id.expect("a restored member's status"));
+        }
+    }
+
+    /// `name=peer URL,…` of every member.
+    fn initial_cluster(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| format!("{}={}", m.name, m.peer_url()))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     /// A crash of member `i`: SIGKILL, waiting until the process is gone. Its data stays.
     pub fn kill(&mut self, i: usize) {
         if let Some(mut child) = self.members[i].child.take() {
@@ -496,6 +563,18 @@ fn json_field(json: &str, name: &str) -> Option<String> {
     let at = json.find(&format!("\"{name}\":"))? + name.len() + 3;
     let rest = json[at..].trim_start().strip_prefix('"')?;
     Some(rest[..rest.find('"')?].to_owned())
+}
+
+/// etcdctl speaking the v3 API, with nothing from the environment.
+fn etcdctl() -> Command {
+    let debian = PathBuf::from("/usr/bin/etcdctl");
+    let mut cmd = Command::new(if debian.exists() {
+        debian
+    } else {
+        PathBuf::from("etcdctl")
+    });
+    cmd.env_clear().env("ETCDCTL_API", "3");
+    cmd
 }
 
 fn binary() -> PathBuf {
