@@ -543,12 +543,14 @@ pub fn etcd(seed: u64, duration: Duration) -> Setup {
             format!("member {i}")
         },
     );
-    let (c5, t3) = (cluster.clone(), turn.clone());
+    let c5 = cluster.clone();
+    let t3 = std::sync::atomic::AtomicUsize::new(seed as usize);
+    // At least the election timeout (1 s) and some, so etcd sees the member cut off.
     catalogue.add(
         "partition a member from the others",
         "members",
-        Duration::from_secs(6),
-        Duration::from_millis(500),
+        Duration::from_secs(4),
+        Duration::from_millis(1500),
         Duration::from_secs(4),
         Duration::from_millis(500),
         move |d, _| {
