@@ -149,10 +149,7 @@ impl EtcdCluster {
             cluster.spawn(i, "new");
         }
         cluster.wait_healthy(Duration::from_secs(60));
-        for i in 0..cluster.members.len() {
-            let id = cluster.status(i).map(|s| s.member_id);
-            cluster.members[i].id = format!("{:x}", id.expect("a started member's status"));
-        }
+        cluster.learn_ids();
         cluster
     }
 
@@ -446,9 +443,20 @@ impl EtcdCluster {
             self.spawn(i, "existing");
         }
         self.wait_healthy(Duration::from_secs(60));
-        for i in 0..self.members.len() {
-            let id = self.status(i).map(|s| s.member_id);
-            self.members[i].id = format!("{:x}", id.expect("a restored member's status"));
+        self.learn_ids();
+    }
+
+    /// Each member's id, from its metrics listener (plain HTTP whatever the client listener
+    /// speaks): `etcd_server_id{server_id="<hex>"}`, as `X-Server-From` writes it.
+    fn learn_ids(&mut self) {
+        for m in &mut self.members {
+            let metrics = request(m.metrics_port, "GET", "/metrics", "")
+                .unwrap_or_else(|e| panic!("etcd {} /metrics: {e}", m.name));
+            let at = metrics
+                .find("etcd_server_id{server_id=\"")
+                .unwrap_or_else(|| panic!("etcd {}: no etcd_server_id in /metrics", m.name));
+            let rest = &metrics[at + "etcd_server_id{server_id=\"".len()..];
+            m.id = rest[..rest.find('"').unwrap_or(0)].to_owned();
         }
     }
 
