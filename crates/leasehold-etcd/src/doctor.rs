@@ -146,8 +146,8 @@ fn judge(members: &[Member], list: Option<&Value>) -> Diagnosis {
                  revision {revision}, which only a restore leaves, and a restore rewinds the \
                  revision that fences are drawn from (2^62 + revision); fences granted since may \
                  be at or below fences granted before it. Compare the fence gate's highest fence \
-                 with 2^62 + {revision}: until the revision passes it, the gate refuses the new \
-                 holders (clear its rows, or write to etcd until the revision has passed it)"
+                 with 2^62 + {revision}: until fences pass it, the gate refuses the new holders \
+                 (clear its rows, or write to etcd until 2^62 + the revision has passed it)"
             ),
         ),
         None => d.judge(
