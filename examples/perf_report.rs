@@ -497,6 +497,31 @@ fn rows(inputs: &Inputs) -> Vec<Row> {
         "Local",
         "—",
     ));
+    // etcd (crates/leasehold-etcd/benches/cycle.rs): a consensus write per step, so its own floor.
+    const ETCD_PAIR: &str =
+        "raw etcd transaction pair through the same gateway (put if absent, delete if ours), no lease";
+    if let Some(p) = inputs.bench("etcd/cycle") {
+        rows.push(Row::paired(
+            "etcd cycle",
+            "etcd cycle, 3 members (fresh keys: lease grant, grant txn, release txn, revoke)",
+            ETCD_PAIR,
+            p,
+            Target::None,
+        ));
+    }
+    if let Some((_, h)) = inputs.json("etcd/handoff", "handoff.json") {
+        rows.push(Row::custom(
+            "etcd handoff p50",
+            format!(
+                "etcd handoff p50, release to the watching waiter holding it, in one process (p99 {:.0} µs)",
+                num(&h, "p99_us")
+            ),
+            ETCD_PAIR,
+            Amount::Micros(num(&h, "p50_us")),
+            Some(Amount::Micros(num(&h, "floor_us"))),
+            Target::None,
+        ));
+    }
     let load = &inputs.custom["load"];
     rows.push(Row::custom(
         "",

@@ -30,13 +30,14 @@ need redis-benchmark "install redis-tools (Debian: apt-get install redis-tools)"
 # The MySQL bench starts its own MariaDB (mariadb-install-db, then mariadbd from /usr/sbin).
 need mariadb-install-db "install mariadb-server (Debian: apt-get install mariadb-server)"
 need php "install php-cli and php-fpm (Debian: apt-get install php-cli php-fpm)"
+need etcd "install etcd-server (Debian: apt-get install etcd-server)"
 
 # How busy the machine was goes into the report.
 PERF_LOAD_START="$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
 export PERF_LOAD_START
 export CRITERION_HOME="$PWD/target/criterion"
 # Figures of an earlier run must not reach the report if a bench is skipped this time.
-rm -rf "$CRITERION_HOME"/{redis,redlock5,topology,growth,postgres,mysql,local} "$out"
+rm -rf "$CRITERION_HOME"/{redis,redlock5,topology,growth,postgres,mysql,local,etcd} "$out"
 mkdir -p "$out" docs/perf
 
 echo "== build (release)" >&2
@@ -48,7 +49,7 @@ echo "== cargo bench (criterion)" >&2
 # and lands on some floors and not others): the ratios then compare the work done.
 pin=()
 if [ "${PERF_PIN:-0}" = 1 ]; then pin=(taskset -c 0); fi
-"${pin[@]}" cargo bench --locked -p leasehold-redis -p leasehold-postgres -p leasehold-mysql -p leasehold-local --bench cycle
+"${pin[@]}" cargo bench --locked -p leasehold-redis -p leasehold-postgres -p leasehold-mysql -p leasehold-local -p leasehold-etcd --bench cycle
 
 echo "== handoff and load (examples/perf_run.rs, ${secs} s per row)" >&2
 LEASEHOLD_BIN=target/release/leasehold target/release/examples/perf_run "$out/custom.json" "$secs"

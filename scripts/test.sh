@@ -18,6 +18,7 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
 [ -x /usr/sbin/mariadbd ] && command -v mariadb-install-db >/dev/null || missing+=(mariadb-server)
 [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
 command -v etcd >/dev/null || missing+=(etcd-server)
+command -v etcdctl >/dev/null || missing+=(etcd-client)
 command -v valgrind >/dev/null || missing+=(valgrind)
 # The Redis scripts are compiled with Lua 5.1's luac (crates/leasehold-redis/tests/scripts_compile.rs).
 command -v luac5.1 >/dev/null || missing+=(lua5.1)

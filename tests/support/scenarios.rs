@@ -482,7 +482,8 @@ pub fn postgres(mode: &str, seed: u64, duration: Duration) -> Setup {
 
 /// A three-member etcd cluster, each member behind a proxy: every proxy fault, a member stopped
 /// (SIGSTOP), a member killed and started again on its data (etcd keeps its leases and revision, so
-/// it need not stay down). One member at a time, so a majority always serves. etcd holds a lease
+/// it need not stay down), a member cut off from the others by a network split while its clients
+/// still reach it (the leader among them, in turn). One member at a time, so a majority always serves. etcd holds a lease
 /// for at least 2 s (the test cluster's minimum TTL) and ends it at its next expiry check (every
 /// 500 ms) through a Raft round: the checker's floor for what the server holds.
 pub fn etcd(seed: u64, duration: Duration) -> Setup {
@@ -540,6 +541,27 @@ pub fn etcd(seed: u64, duration: Duration) -> Setup {
             let i = *lock(&k2);
             lock(&c4).start_again(i);
             format!("member {i}")
+        },
+    );
+    let c5 = cluster.clone();
+    let t3 = std::sync::atomic::AtomicUsize::new(seed as usize);
+    // At least the election timeout (1 s) and some, so etcd sees the member cut off.
+    catalogue.add(
+        "partition a member from the others",
+        "members",
+        Duration::from_secs(4),
+        Duration::from_millis(1500),
+        Duration::from_secs(4),
+        Duration::from_millis(500),
+        move |d, _| {
+            // One member at a time, each in turn (the leader among them, sometimes).
+            let i = t3.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 3;
+            let led = lock(&c5).leader() == Some(i);
+            lock(&c5).partition(i);
+            std::thread::sleep(d);
+            let cut_off = lock(&c5).is_cut_off(i);
+            lock(&c5).heal();
+            format!("member {i} (leader: {led}; etcd saw it cut off: {cut_off})")
         },
     );
     Setup {

@@ -600,3 +600,59 @@ fn etcd_is_judged_by_its_members_its_size_and_its_version() {
     );
     assert_eq!(status, 2, "{report:#}");
 }
+
+/// A cluster brought back from a backup (`etcdctl snapshot restore`, as an operator would): the
+/// revision goes back to the snapshot's, so fences granted after the restore fall at or below
+/// those granted between the snapshot and the restore. doctor sees the restore (the Raft log
+/// started over below the revision) and says fence order does not hold, and what to compare.
+#[test]
+fn etcd_restored_from_a_snapshot_does_not_hold_fence_order() {
+    let mut cluster = EtcdCluster::start();
+    let url = cluster.url();
+    let fence = |label: &str| {
+        let client = leasehold::connect(&url).expect("connect");
+        let lease = client
+            .try_acquire(unique_key(label), Duration::from_secs(5))
+            .expect("a grant");
+        let fence = lease.fence();
+        lease.release().expect("release");
+        fence
+    };
+    // A cluster in service has written far more than it has members.
+    for i in 0..50 {
+        let body = format!(
+            r#"{{"key":"d3JpdGU=","value":"{}"}}"#,
+            ["eA==", "eQ=="][i % 2]
+        );
+        cluster.request(0, "/v3/kv/put", &body).expect("a put");
+    }
+    fence("before-backup");
+    let snapshot = cluster.save_snapshot("backup");
+    let highest = (0..10).map(|_| fence("after-backup")).max().unwrap();
+    let (_, report) = doctor(&url);
+    assert_verdict(
+        &report,
+        "fence_order",
+        "holds_if",
+        "restored from a snapshot",
+    );
+
+    cluster.restore_snapshot(&snapshot);
+    let (status, report) = doctor(&url);
+    assert_verdict(
+        &report,
+        "fence_order",
+        "does_not_hold",
+        "was restored from a snapshot",
+    );
+    let (_, because) = promise(&report, "fence_order");
+    eprintln!("fence_order: {because}");
+    assert!(
+        because.contains("Compare the fence gate's highest fence"),
+        "{because}"
+    );
+    assert_eq!(status, 2, "{report:#}");
+    // What doctor warns of: the next grant's fence is below one handed out before the restore.
+    let next = fence("after-restore");
+    assert!(next <= highest, "{next} after {highest}");
+}

@@ -3,14 +3,18 @@
 //!
 //! - Fences need no clock: they are 2^62 + the cluster's revision, which Raft keeps rising across
 //!   leader changes and member loss. Only a cluster restored from a snapshot rewinds it (etcd 3.4
-//!   cannot bump it on restore), so fence order holds on the condition that none is.
+//!   cannot bump it on restore), so fence order holds on the condition that none is. A restore
+//!   shows while the Raft index is below the revision: every write is one Raft entry, so a
+//!   cluster's index never falls below its revision - 1, but a restore starts the Raft log over
+//!   (at one entry per member) and keeps the snapshot's revision. Writes after it close the gap
+//!   (lease grants are entries that write nothing), so a restore long past may no longer show.
 //! - A lease survives what a majority survives: a grant is acknowledged once a majority has it in
 //!   its fsynced Raft log. So a failover keeps every lease where the cluster has three members or
 //!   more, and none where it has one.
 //! - etcd before 3.4.28 / 3.5.11 lets a leader that stalled past a lease's TTL still revoke the
 //!   lease once it wakes, after a new leader renewed it: the lease ends early under its holder.
 
-use crate::gateway::Gateway;
+use crate::gateway::{number, Gateway};
 use leasehold_core::doctor::{Diagnosis, Promise, Verdict};
 use leasehold_core::{Deadline, Error, Result};
 use serde_json::{json, Value};
@@ -80,9 +84,10 @@ fn judge(members: &[Member], list: Option<&Value>) -> Diagnosis {
                     "follower"
                 };
                 format!(
-                    "{role}, etcd {}, revision {}",
+                    "{role}, etcd {}, revision {}, raft index {}",
                     status["version"].as_str().unwrap_or("?"),
-                    status["header"]["revision"].as_str().unwrap_or("?")
+                    status["header"]["revision"].as_str().unwrap_or("?"),
+                    status["raftIndex"].as_str().unwrap_or("?")
                 )
             }
             Err(why) => format!("did not answer: {why}"),
@@ -129,12 +134,29 @@ fn judge(members: &[Member], list: Option<&Value>) -> Diagnosis {
             ),
         ),
     };
-    d.judge(
-        Promise::FenceOrder,
-        Verdict::HoldsIf,
-        "fences are 2^62 + the cluster's revision, no clock: they rise unless the cluster is \
-         restored from a snapshot, which rewinds the revision",
-    );
+    match answered
+        .iter()
+        .find_map(|(name, s)| restored(s).map(|r| (name, r)))
+    {
+        Some((name, (index, revision))) => d.judge(
+            Promise::FenceOrder,
+            Verdict::DoesNotHold,
+            format!(
+                "member {name} was restored from a snapshot: its Raft index {index} is below its \
+                 revision {revision}, which only a restore leaves, and a restore rewinds the \
+                 revision that fences are drawn from (2^62 + revision); fences granted since may \
+                 be at or below fences granted before it. Compare the fence gate's highest fence \
+                 with 2^62 + {revision}: until fences pass it, the gate refuses the new holders \
+                 (clear its rows, or write to etcd until 2^62 + the revision has passed it)"
+            ),
+        ),
+        None => d.judge(
+            Promise::FenceOrder,
+            Verdict::HoldsIf,
+            "fences are 2^62 + the cluster's revision, no clock: they rise unless the cluster is \
+             restored from a snapshot, which rewinds the revision",
+        ),
+    };
     d.judge(
         Promise::BoundedCalls,
         Verdict::Holds,
@@ -170,6 +192,15 @@ fn judge(members: &[Member], list: Option<&Value>) -> Diagnosis {
         "leases live in keys attached to etcd leases, not in connections",
     );
     d
+}
+
+/// `(raft index, revision)` of a member whose Raft index is below its revision - 1, which no
+/// cluster reaches by writing (each revision is one Raft entry, and the log starts with an entry per
+/// member) and a restore from a snapshot leaves: its log starts over, its revision does not.
+fn restored(status: &Value) -> Option<(i64, i64)> {
+    let index = number(&status["raftIndex"])?;
+    let revision = number(&status["header"]["revision"])?;
+    (index + 1 < revision).then_some((index, revision))
 }
 
 #[cfg(test)]
@@ -210,6 +241,22 @@ mod tests {
             verdict(&judge(&new, None), Promise::Exclusion),
             Verdict::Holds
         );
+    }
+
+    #[test]
+    fn a_raft_index_below_the_revision_is_a_restore() {
+        let at = |index: &str, revision: &str| json!({"raftIndex": index, "header": {"revision": revision}});
+        assert_eq!(restored(&at("3", "1000")), Some((3, 1000)));
+        assert_eq!(restored(&at("999", "1000")), None);
+        assert_eq!(restored(&at("5000", "1000")), None);
+        assert_eq!(restored(&json!({})), None);
+        let mut m = member("a:1", "3.5.12", true);
+        m.status = Ok(json!({
+            "version": "3.5.12", "leader": "7", "raftIndex": "12",
+            "header": {"member_id": "7", "revision": "900"},
+        }));
+        let d = judge(&[m], None);
+        assert_eq!(verdict(&d, Promise::FenceOrder), Verdict::DoesNotHold);
     }
 
     #[test]

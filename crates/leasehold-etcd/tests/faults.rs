@@ -417,3 +417,109 @@ fn a_dead_waiter_leaves_the_queue() {
     eprintln!("free {:?} after the waiter died", killed.elapsed());
     lease.release().unwrap();
 }
+
+/// A member split from the majority by the network (its peer links cut both ways, its client
+/// listener still up): a client that reaches only that member is refused within its bound, never
+/// granted and never left hanging, while a client of the majority keeps being granted with fences
+/// still rising. After the split heals, both are granted again, above every earlier fence. The
+/// member cut off is the leader, the harder case: until etcd's quorum check steps it down it still
+/// believes it leads, and takes proposals it can never commit.
+#[test]
+fn a_member_partitioned_from_the_majority_grants_nothing() {
+    let cluster = EtcdCluster::start();
+    let victim = cluster.leader().expect("a leader");
+    let members = cluster.members();
+    let url_of = |hosts: Vec<String>| {
+        format!(
+            "etcd://{}?connect_timeout_ms={CONNECT_MS}&io_timeout_ms={IO_MS}&prefix=split:",
+            hosts.join(",")
+        )
+    };
+    let connect =
+        |url: String| Client::new(EtcdBackend::connect(&Config::parse(&url).unwrap()).unwrap());
+    let alone = connect(url_of(vec![members[victim].addr()]));
+    let majority = connect(url_of(
+        (1..3).map(|d| members[(victim + d) % 3].addr()).collect(),
+    ));
+    let key = unique_key("split");
+    alone
+        .try_acquire(&key, Duration::from_secs(5))
+        .unwrap()
+        .release()
+        .unwrap();
+    let refused = |label: &str| {
+        for _ in 0..3 {
+            let asked = Instant::now();
+            match alone.try_acquire(&key, Duration::from_secs(5)) {
+                Ok(lease) => panic!("{label}: the cut-off member granted {}", lease.fence()),
+                Err(e) => assert_eq!(e.kind(), ErrorKind::Unavailable, "{label}: {e}"),
+            }
+            assert!(
+                asked.elapsed() < BOUND,
+                "{label}: took {:?}",
+                asked.elapsed()
+            );
+        }
+    };
+
+    cluster.partition(victim);
+    // At once, while the old leader may still believe it leads.
+    refused("just cut off");
+    assert!(
+        leasehold_testkit::wait_until(Duration::from_secs(20), || cluster.is_cut_off(victim)),
+        "etcd does not see member {victim} cut off: {:?}\n{}",
+        (0..3).map(|i| cluster.status(i)).collect::<Vec<_>>(),
+        cluster.logs()
+    );
+    refused("without a leader");
+    let mut fences = Vec::new();
+    let began = Instant::now();
+    while fences.len() < 5 {
+        assert!(
+            began.elapsed() < Duration::from_secs(30),
+            "the majority granted {} of 5",
+            fences.len()
+        );
+        match majority.try_acquire(&key, Duration::from_secs(5)) {
+            Ok(lease) => {
+                fences.push(lease.fence());
+                lease.release().unwrap();
+            }
+            // The majority's election, right after the split.
+            Err(e) => assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}"),
+        }
+    }
+    assert!(fences.windows(2).all(|w| w[1] > w[0]), "{fences:?}");
+    // etcd's own view: the majority committed those grants, the lone member none of them.
+    let statuses: Vec<_> = (0..3).map(|i| cluster.status(i)).collect();
+    let alone_status = statuses[victim].expect("the cut-off member answers its status");
+    let majority_index = (1..3)
+        .filter_map(|d| statuses[(victim + d) % 3])
+        .map(|s| s.raft_index)
+        .max()
+        .unwrap_or(0);
+    assert!(
+        alone_status.leader == 0 && alone_status.raft_index < majority_index,
+        "the cut-off member kept up: {statuses:?}"
+    );
+    refused("after the majority's grants");
+
+    cluster.heal();
+    cluster.wait_healthy(Duration::from_secs(30));
+    let last = *fences.last().unwrap();
+    for client in [&alone, &majority] {
+        let began = Instant::now();
+        let lease = loop {
+            match client.try_acquire(&key, Duration::from_secs(5)) {
+                Ok(lease) => break lease,
+                Err(e) => assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}"),
+            }
+            assert!(
+                began.elapsed() < Duration::from_secs(30),
+                "no grant after the heal"
+            );
+        };
+        assert!(lease.fence() > last, "{} after {last}", lease.fence());
+        lease.release().unwrap();
+    }
+}

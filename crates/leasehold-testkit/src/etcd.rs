@@ -1,9 +1,9 @@
-use crate::{free_port, wait_until, TempDir};
+use crate::{free_port, wait_until, Fault, FaultProxy, TempDir};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 /// A real etcd cluster for tests: `members` etcd processes (Debian's `etcd-server`, `/usr/bin/etcd`)
@@ -14,12 +14,18 @@ use std::time::Duration;
 ///
 /// Elections are tuned for tests (heartbeat 100 ms, election timeout 1 s): a killed leader is
 /// replaced within a few seconds, and a loaded test machine does not trigger elections by itself.
+///
+/// Members talk to each other through a fault proxy in front of each one's peer listener (the
+/// proxy's address is the peer URL they advertise), so a member can be cut off from the others
+/// ([`EtcdCluster::partition`]) while its client listener still answers.
 #[derive(Debug)]
 pub struct EtcdCluster {
     dir: TempDir,
     token: String,
     members: Vec<EtcdMember>,
     tls: Option<EtcdTls>,
+    /// The members [`EtcdCluster::partition`] cut off.
+    partitioned: Mutex<Vec<usize>>,
 }
 
 /// TLS on the members' client listeners (`etcds://`): PEM files of the members' certificate and
@@ -33,12 +39,29 @@ pub struct EtcdTls {
     pub client_cert_auth: bool,
 }
 
+/// What a member says of itself (`/v3/maintenance/status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EtcdStatus {
+    pub member_id: u64,
+    /// The member it follows (itself when it leads); 0 when it knows no leader.
+    pub leader: u64,
+    pub raft_term: u64,
+    /// The last entry of its Raft log.
+    pub raft_index: u64,
+    /// The key-value store's revision.
+    pub revision: u64,
+}
+
 /// One member of an [`EtcdCluster`].
 #[derive(Debug)]
 pub struct EtcdMember {
     name: String,
     client_port: u16,
     peer_port: u16,
+    /// In front of `peer_port`; names each connection by its requests' `X-Server-From`.
+    peer_proxy: FaultProxy,
+    /// etcd's id of the member (hex, as `X-Server-From` writes it), once it has started.
+    id: String,
     /// Plain HTTP `/health` (and `/metrics`), whatever the client listener speaks.
     metrics_port: u16,
     child: Option<Child>,
@@ -62,7 +85,12 @@ impl EtcdMember {
         self.child.is_some()
     }
 
+    /// The peer URL the others dial: the proxy's.
     fn peer_url(&self) -> String {
+        format!("http://{}", self.peer_proxy.host_port())
+    }
+
+    fn listen_peer_url(&self) -> String {
         format!("http://127.0.0.1:{}", self.peer_port)
     }
 
@@ -94,12 +122,20 @@ impl EtcdCluster {
         crate::mariadb::remove_stale_dirs(&base, "etcd");
         let dir = TempDir::new_in(&base, "etcd");
         let members: Vec<EtcdMember> = (0..members)
-            .map(|i| EtcdMember {
-                name: format!("m{i}"),
-                client_port: free_port(),
-                peer_port: free_port(),
-                metrics_port: free_port(),
-                child: None,
+            .map(|i| {
+                let peer_port = free_port();
+                EtcdMember {
+                    name: format!("m{i}"),
+                    client_port: free_port(),
+                    peer_port,
+                    peer_proxy: FaultProxy::start_sniffing(
+                        ("127.0.0.1", peer_port),
+                        "X-Server-From",
+                    ),
+                    id: String::new(),
+                    metrics_port: free_port(),
+                    child: None,
+                }
             })
             .collect();
         let mut cluster = EtcdCluster {
@@ -107,11 +143,13 @@ impl EtcdCluster {
             dir,
             members,
             tls,
+            partitioned: Mutex::default(),
         };
         for i in 0..cluster.members.len() {
             cluster.spawn(i, "new");
         }
         cluster.wait_healthy(Duration::from_secs(60));
+        cluster.learn_ids();
         cluster
     }
 
@@ -123,12 +161,7 @@ impl EtcdCluster {
     }
 
     fn spawn(&mut self, i: usize, state: &str) {
-        let initial = self
-            .members
-            .iter()
-            .map(|m| format!("{}={}", m.name, m.peer_url()))
-            .collect::<Vec<_>>()
-            .join(",");
+        let initial = self.initial_cluster();
         let member = &self.members[i];
         let data = self.dir.path().join(&member.name);
         let log = self.dir.path().join(format!("{}.log", member.name));
@@ -139,7 +172,7 @@ impl EtcdCluster {
             .arg(format!("--data-dir={}", data.display()))
             .arg(format!("--listen-client-urls={client}"))
             .arg(format!("--advertise-client-urls={client}"))
-            .arg(format!("--listen-peer-urls={}", member.peer_url()))
+            .arg(format!("--listen-peer-urls={}", member.listen_peer_url()))
             .arg(format!(
                 "--initial-advertise-peer-urls={}",
                 member.peer_url()
@@ -292,6 +325,150 @@ impl EtcdCluster {
         None
     }
 
+    /// What member `i` says of itself (`/v3/maintenance/status`, answered locally, without Raft),
+    /// or `None` if it does not answer.
+    pub fn status(&self, i: usize) -> Option<EtcdStatus> {
+        let body = post(self.members[i].client_port, "/v3/maintenance/status", "{}").ok()?;
+        let number = |name: &str| json_field(&body, name).and_then(|v| v.parse().ok());
+        Some(EtcdStatus {
+            member_id: number("member_id")?,
+            leader: number("leader").unwrap_or(0),
+            raft_term: number("raftTerm").unwrap_or(0),
+            raft_index: number("raftIndex").unwrap_or(0),
+            revision: number("revision").unwrap_or(0),
+        })
+    }
+
+    /// Cuts member `i` off from the others: every peer connection into it is refused or reset,
+    /// and every connection into another member that carries its requests (etcd's peers dial each
+    /// other both ways, and a member falls back from its streams to plain POSTs, so a proxy on one
+    /// side alone would not do). Its client listener still answers, as a host on the wrong side
+    /// of a network split would to a client on its side. Until [`EtcdCluster::heal`].
+    pub fn partition(&self, i: usize) {
+        let mut partitioned = self.partitioned.lock().unwrap_or_else(|e| e.into_inner());
+        partitioned.push(i);
+        let cut: Vec<String> = partitioned
+            .iter()
+            .map(|&p| self.members[p].id.clone())
+            .collect();
+        for (j, m) in self.members.iter().enumerate() {
+            if partitioned.contains(&j) {
+                m.peer_proxy.set(Fault::Refuse);
+                m.peer_proxy.reset_all();
+            } else {
+                m.peer_proxy.cut_sources(&cut);
+            }
+        }
+    }
+
+    /// Ends every [`EtcdCluster::partition`]: members reach each other again.
+    pub fn heal(&self) {
+        self.partitioned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        for m in &self.members {
+            m.peer_proxy.heal();
+            m.peer_proxy.cut_sources(&[]);
+        }
+    }
+
+    /// Whether etcd itself sees member `i` cut off: it knows no leader, and a member of the others
+    /// names a leader that is not `i`.
+    pub fn is_cut_off(&self, i: usize) -> bool {
+        let Some(alone) = self.status(i) else {
+            return false;
+        };
+        alone.leader == 0
+            && (0..self.members.len())
+                .filter(|&j| j != i)
+                .filter_map(|j| self.status(j))
+                .any(|s| s.leader != 0 && s.leader != alone.member_id)
+    }
+
+    /// `etcdctl snapshot save` through a running member, into the cluster's directory (Debian's
+    /// `etcd-client`); the snapshot's path. Plain-text clusters only.
+    pub fn save_snapshot(&self, name: &str) -> PathBuf {
+        let m = self
+            .members
+            .iter()
+            .find(|m| m.is_running())
+            .expect("a running member");
+        let path = self.dir.path().join(format!("{name}.snapshot"));
+        let out = etcdctl()
+            .arg(format!("--endpoints=http://{}", m.addr()))
+            .args(["snapshot", "save"])
+            .arg(&path)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run etcdctl ({e}); install etcd-client"));
+        assert!(
+            out.status.success(),
+            "etcdctl snapshot save: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        path
+    }
+
+    /// What an operator does to bring a cluster back from a backup: every member stopped, its
+    /// data replaced by `etcdctl snapshot restore` of `snapshot` (same names, peer URLs and
+    /// token), started again; waits until the cluster has a leader. The revision goes back to the
+    /// snapshot's, and the Raft log starts over.
+    pub fn restore_snapshot(&mut self, snapshot: &std::path::Path) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+        let initial = self.initial_cluster();
+        for i in 0..self.members.len() {
+            let m = &self.members[i];
+            let data = self.dir.path().join(&m.name);
+            std::fs::remove_dir_all(&data)
+                .unwrap_or_else(|e| panic!("remove {}: {e}", data.display()));
+            let out = etcdctl()
+                .args(["snapshot", "restore"])
+                .arg(snapshot)
+                .arg(format!("--name={}", m.name))
+                .arg(format!("--data-dir={}", data.display()))
+                .arg(format!("--initial-cluster={initial}"))
+                .arg(format!("--initial-cluster-token={}", self.token))
+                .arg(format!("--initial-advertise-peer-urls={}", m.peer_url()))
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run etcdctl ({e}); install etcd-client"));
+            assert!(
+                out.status.success(),
+                "etcdctl snapshot restore: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        for i in 0..self.members.len() {
+            self.spawn(i, "existing");
+        }
+        self.wait_healthy(Duration::from_secs(60));
+        self.learn_ids();
+    }
+
+    /// Each member's id, from its metrics listener (plain HTTP whatever the client listener
+    /// speaks): `etcd_server_id{server_id="<hex>"}`, as `X-Server-From` writes it.
+    fn learn_ids(&mut self) {
+        for m in &mut self.members {
+            let metrics = request(m.metrics_port, "GET", "/metrics", "")
+                .unwrap_or_else(|e| panic!("etcd {} /metrics: {e}", m.name));
+            let at = metrics
+                .find("etcd_server_id{server_id=\"")
+                .unwrap_or_else(|| panic!("etcd {}: no etcd_server_id in /metrics", m.name));
+            let rest = &metrics[at + "etcd_server_id{server_id=\"".len()..];
+            m.id = rest[..rest.find('"').unwrap_or(0)].to_owned();
+        }
+    }
+
+    /// `name=peer URL,…` of every member.
+    fn initial_cluster(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| format!("{}={}", m.name, m.peer_url()))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     /// A crash of member `i`: SIGKILL, waiting until the process is gone. Its data stays.
     pub fn kill(&mut self, i: usize) {
         if let Some(mut child) = self.members[i].child.take() {
@@ -394,6 +571,18 @@ fn json_field(json: &str, name: &str) -> Option<String> {
     let at = json.find(&format!("\"{name}\":"))? + name.len() + 3;
     let rest = json[at..].trim_start().strip_prefix('"')?;
     Some(rest[..rest.find('"')?].to_owned())
+}
+
+/// etcdctl speaking the v3 API, with nothing from the environment.
+fn etcdctl() -> Command {
+    let debian = PathBuf::from("/usr/bin/etcdctl");
+    let mut cmd = Command::new(if debian.exists() {
+        debian
+    } else {
+        PathBuf::from("etcdctl")
+    });
+    cmd.env_clear().env("ETCDCTL_API", "3");
+    cmd
 }
 
 fn binary() -> PathBuf {

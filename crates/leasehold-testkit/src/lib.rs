@@ -26,7 +26,7 @@ mod store;
 mod tempdir;
 
 pub use checker::{check, CheckConfig, FencedStore, Report};
-pub use etcd::{EtcdCluster, EtcdMember, EtcdTls};
+pub use etcd::{EtcdCluster, EtcdMember, EtcdStatus, EtcdTls};
 pub use fork::in_child;
 pub use generator::{Catalogue, Generator, Schedule};
 pub use history::{Belief, History, Mode, Op, OpKind, Outcome, Snapshot};

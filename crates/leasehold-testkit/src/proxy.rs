@@ -43,11 +43,26 @@ pub enum Fault {
 struct Conn {
     client: TcpStream,
     server: TcpStream,
+    /// Who sent the requests, once a request named it (see [`FaultProxy::start_sniffing`]).
+    source: Mutex<Option<String>>,
+}
+
+impl Conn {
+    fn source(&self) -> Option<String> {
+        self.source
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
 }
 
 #[derive(Debug, Default)]
 struct Shared {
     fault: Mutex<Fault>,
+    /// The request header whose value names a connection's source, if the proxy looks for one.
+    sniff: Option<String>,
+    /// Sources whose connections are cut.
+    cut: Mutex<Vec<String>>,
     stop: AtomicBool,
     conns: Mutex<Vec<(u64, Arc<Conn>)>>,
     pumps: Mutex<Vec<JoinHandle<()>>>,
@@ -62,6 +77,15 @@ impl Shared {
 
     fn stopped(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
+    }
+
+    fn is_cut(&self, conn: &Conn) -> bool {
+        conn.source().is_some_and(|source| {
+            self.cut
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&source)
+        })
     }
 }
 
@@ -78,6 +102,18 @@ pub struct FaultProxy {
 impl FaultProxy {
     /// Starts forwarding to `target` (resolved once, now).
     pub fn start(target: impl ToSocketAddrs) -> FaultProxy {
+        FaultProxy::start_with(target, None)
+    }
+
+    /// [`FaultProxy::start`] for HTTP/1.1 traffic whose requests name their sender in `header`
+    /// (etcd's peers: `X-Server-From`): each connection is named by the first value it carries, so
+    /// [`FaultProxy::cut_sources`] can cut one sender off while the others pass. A connection is
+    /// one sender's (its requests come from the process that dialled it).
+    pub fn start_sniffing(target: impl ToSocketAddrs, header: &str) -> FaultProxy {
+        FaultProxy::start_with(target, Some(header.to_owned()))
+    }
+
+    fn start_with(target: impl ToSocketAddrs, sniff: Option<String>) -> FaultProxy {
         let target = target
             .to_socket_addrs()
             .expect("resolve the proxy's target")
@@ -89,7 +125,10 @@ impl FaultProxy {
             .set_nonblocking(true)
             .expect("non-blocking listener");
         let addr = listener.local_addr().expect("proxy address");
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared {
+            sniff,
+            ..Shared::default()
+        });
         let s = shared.clone();
         let acceptor = std::thread::Builder::new()
             .name(format!("fault-proxy-{}", addr.port()))
@@ -141,6 +180,26 @@ impl FaultProxy {
             list.drain(..).map(|(_, c)| c).collect()
         };
         for c in conns {
+            reset(&c.client);
+            reset(&c.server);
+        }
+    }
+
+    /// Cuts every connection whose requests name one of `sources` (see
+    /// [`FaultProxy::start_sniffing`]): open ones now, later ones as soon as their first request
+    /// naming the source arrives, before it is forwarded. An empty list lets every source through
+    /// again. Independent of [`FaultProxy::set`].
+    pub fn cut_sources(&self, sources: &[String]) {
+        *self.shared.cut.lock().unwrap_or_else(|e| e.into_inner()) = sources.to_vec();
+        let conns: Vec<Arc<Conn>> = self
+            .shared
+            .conns
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(_, c)| c.clone())
+            .collect();
+        for c in conns.iter().filter(|c| self.shared.is_cut(c)) {
             reset(&c.client);
             reset(&c.server);
         }
@@ -239,7 +298,11 @@ fn start_pumps(client: TcpStream, server: TcpStream, shared: &Arc<Shared>) {
     let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else {
         return;
     };
-    let conn = Arc::new(Conn { client, server });
+    let conn = Arc::new(Conn {
+        client,
+        server,
+        source: Mutex::new(None),
+    });
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
     shared
         .conns
@@ -249,11 +312,11 @@ fn start_pumps(client: TcpStream, server: TcpStream, shared: &Arc<Shared>) {
     let (s_up, s_down) = (shared.clone(), shared.clone());
     let (conn_up, conn_down) = (conn.clone(), conn);
     let up = std::thread::spawn(move || {
-        pump(c2, &conn_up.server, Direction::Request, &s_up);
+        pump(c2, &conn_up, Direction::Request, &s_up);
         finish(id, &conn_up, &s_up);
     });
     let down = std::thread::spawn(move || {
-        pump(s2, &conn_down.client, Direction::Reply, &s_down);
+        pump(s2, &conn_down, Direction::Reply, &s_down);
         finish(id, &conn_down, &s_down);
     });
     let mut pumps = shared.pumps.lock().unwrap_or_else(|e| e.into_inner());
@@ -279,9 +342,15 @@ enum Direction {
     Reply,
 }
 
-fn pump(mut from: TcpStream, mut to: &TcpStream, dir: Direction, shared: &Shared) {
+fn pump(mut from: TcpStream, conn: &Conn, dir: Direction, shared: &Shared) {
+    let mut to = match dir {
+        Direction::Request => &conn.server,
+        Direction::Reply => &conn.client,
+    };
     let _ = from.set_read_timeout(Some(POLL));
     let mut buf = [0u8; 16 * 1024];
+    // The requests' latest bytes, while the connection's source is not known yet.
+    let mut unnamed = Vec::new();
     loop {
         if shared.stopped() {
             return;
@@ -294,6 +363,16 @@ fn pump(mut from: TcpStream, mut to: &TcpStream, dir: Direction, shared: &Shared
             Err(_) => return,
         };
         let data = &buf[..n];
+        if dir == Direction::Request {
+            if let Some(header) = &shared.sniff {
+                sniff(&mut unnamed, data, header, conn);
+            }
+        }
+        if shared.is_cut(conn) {
+            reset(&conn.client);
+            reset(&conn.server);
+            return;
+        }
         // The fault is read per chunk, so a switch applies mid-connection.
         let ok = match shared.fault() {
             Fault::Normal | Fault::Refuse => to.write_all(data).is_ok(),
@@ -309,6 +388,43 @@ fn pump(mut from: TcpStream, mut to: &TcpStream, dir: Direction, shared: &Shared
             return;
         }
     }
+}
+
+/// Names `conn` by the value of `header` once its requests carry it. `unnamed` keeps the bytes
+/// seen so far that may still hold the start of the header (it can straddle two reads).
+fn sniff(unnamed: &mut Vec<u8>, data: &[u8], header: &str, conn: &Conn) {
+    let mut source = conn.source.lock().unwrap_or_else(|e| e.into_inner());
+    if source.is_some() {
+        return;
+    }
+    unnamed.extend_from_slice(data);
+    let needle = format!("\r\n{header}: ");
+    let needle = needle.as_bytes();
+    match find(unnamed, needle) {
+        Some(at) => {
+            let value = &unnamed[at + needle.len()..];
+            match find(value, b"\r\n") {
+                Some(end) => {
+                    *source = Some(String::from_utf8_lossy(&value[..end]).trim().to_owned());
+                    unnamed.clear();
+                }
+                // The value goes on in the next read (a header line is short: past 4 KiB this is
+                // no header but a body that happens to hold its name).
+                None if unnamed.len() - at < 4096 => {
+                    unnamed.drain(..at);
+                }
+                None => unnamed.clear(),
+            }
+        }
+        None => {
+            let keep = needle.len().min(unnamed.len());
+            unnamed.drain(..unnamed.len() - keep);
+        }
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 /// Writes `data` one byte at a time, `d` apart. False if a write failed or the proxy was dropped.
