@@ -88,9 +88,7 @@ pub fn by_name(name: &str, seed: u64, duration: Duration) -> Option<Setup> {
         "mysql-table" => mysql("table", seed, duration),
         "etcd" => etcd(seed, duration),
         "redis-evicting" => redis_evicting(seed, duration),
-        "postgres-table-pgbouncer-session" => {
-            postgres_pgbouncer(PoolMode::Session, seed, duration)
-        }
+        "postgres-table-pgbouncer-session" => postgres_pgbouncer(PoolMode::Session, seed, duration),
         "postgres-table-pgbouncer-transaction" => {
             postgres_pgbouncer(PoolMode::Transaction, seed, duration)
         }
@@ -402,15 +400,17 @@ pub fn redis_sentinel(seed: u64, duration: Duration) -> Setup {
     ));
     let mut plan = Plan::new(&url, duration, seed);
     plan.write_allowance = REPLICAS_TIMEOUT;
-    plan.idle = Some((0.01, Duration::from_secs(2)..=Duration::from_secs(8)));
+    plan.idle = Some((0.02, Duration::from_secs(2)..=Duration::from_secs(8)));
     let mut catalogue = Catalogue::new();
-    for (name, back_as_replica) in [
+    for (name, every, back_as_replica) in [
         (
             "Sentinel failover (kill -9 the master, restart it empty)",
+            Duration::from_secs(6),
             false,
         ),
         (
             "Sentinel failover, the old master back as a replica (kill -9, promote, restart)",
+            Duration::from_secs(10),
             true,
         ),
     ] {
@@ -418,7 +418,7 @@ pub fn redis_sentinel(seed: u64, duration: Duration) -> Setup {
         catalogue.add(
             name,
             "sentinel",
-            Duration::from_secs(10),
+            every,
             Duration::ZERO,
             Duration::ZERO,
             Duration::from_secs(2),
@@ -433,8 +433,10 @@ pub fn redis_sentinel(seed: u64, duration: Duration) -> Setup {
     }
 }
 
-/// Kills the master, waits for the Sentinels to promote another, restarts the old one (empty),
-/// and, when `back_as_replica`, waits until it is a synced replica; says how long each took.
+/// Kills the master, waits for the Sentinels to promote another, restarts the old one empty and
+/// a master (as a real one comes back: see [`RedisServer::restart_as_master`]), and, when
+/// `back_as_replica`, waits until the Sentinels have made it a synced replica; says how long each
+/// took.
 fn sentinel_failover(g: &mut RedisSentinel, back_as_replica: bool) -> String {
     let Some(master) = g.master_port() else {
         return "no master known".into();
@@ -445,7 +447,7 @@ fn sentinel_failover(g: &mut RedisSentinel, back_as_replica: bool) -> String {
         g.master_port().is_some_and(|p| p != master)
     });
     let took = killed.elapsed();
-    g.server_mut(master).restart();
+    g.server_mut(master).restart_as_master();
     let mut what = format!("port {master}, replaced: {replaced} after {took:?}");
     if back_as_replica {
         let restarted = Instant::now();
@@ -481,19 +483,34 @@ pub fn redis_evicting(seed: u64, duration: Duration) -> Setup {
     let url = lock(&server).url();
     match leasehold::connect(&url) {
         Ok(_) => panic!("connected to a Redis that evicts without allow_eviction=true"),
-        Err(e) => assert!(e.is_refused_deployment(), "not refused as a deployment: {e}"),
+        Err(e) => assert!(
+            e.is_refused_deployment(),
+            "not refused as a deployment: {e}"
+        ),
     }
-    let plan = Plan::new(&format!("{url}?allow_eviction=true"), duration, seed);
+    let mut plan = Plan::new(&format!("{url}?allow_eviction=true"), duration, seed);
+    // Two keys for eight workers, holders at work for up to all of their lease: a key freed by
+    // eviction is soon asked for by another while its holder still counts on it.
+    plan.keys = 2;
+    plan.work_share = 1;
     let mut catalogue = Catalogue::new();
     let s = server.clone();
     catalogue.add(
         "memory pressure (filler keys until OOM, volatile-lru evicts lock keys)",
         "memory",
-        Duration::from_millis(1000),
+        Duration::from_millis(800),
         Duration::from_millis(500),
         Duration::from_millis(1500),
         Duration::from_millis(100),
         move |d, _| {
+            let evicted = || {
+                lock(&s)
+                    .command(&[b"INFO", b"stats"])
+                    .lines()
+                    .find_map(|l| l.strip_prefix("evicted_keys:")?.trim().parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            let before = evicted();
             let filler = vec![b'x'; 64 * 1024];
             let mut written = 0;
             let mut oom = false;
@@ -506,20 +523,23 @@ pub fn redis_evicting(seed: u64, duration: Duration) -> Setup {
                 }
                 written += 1;
             }
-            // Held at the limit: one filler swapped for another every few milliseconds, so each
-            // new one makes the server evict again, whatever lock keys were written meanwhile.
+            // Held at the limit: a filler added, then the oldest deleted, every few milliseconds,
+            // so each new one makes the server evict whatever lock keys were written meanwhile.
             let (mut first, until) = (0, Instant::now() + d);
             while Instant::now() < until && first < written {
-                lock(&s).command(&[b"DEL", format!("filler:{first}").as_bytes()]);
                 let name = format!("filler:{written}");
                 lock(&s).command(&[b"SET", name.as_bytes(), &filler]);
+                lock(&s).command(&[b"DEL", format!("filler:{first}").as_bytes()]);
                 (first, written) = (first + 1, written + 1);
                 std::thread::sleep(Duration::from_millis(5));
             }
             for i in first..written {
                 lock(&s).command(&[b"DEL", format!("filler:{i}").as_bytes()]);
             }
-            format!("{written} filler keys, OOM reached: {oom}")
+            format!(
+                "{written} filler keys, OOM reached: {oom}, {} keys evicted",
+                evicted() - before
+            )
         },
     );
     Setup {
@@ -549,7 +569,9 @@ pub fn postgres_pgbouncer(mode: PoolMode, seed: u64, duration: Duration) -> Setu
     if transaction {
         for query in ["lock=advisory&pooler=transaction", "lock=advisory"] {
             match leasehold::connect(&lock(&bouncer).url_with(query)) {
-                Ok(_) => panic!("advisory mode through a transaction pooler was not refused ({query})"),
+                Ok(_) => {
+                    panic!("advisory mode through a transaction pooler was not refused ({query})")
+                }
                 Err(e) => assert!(
                     e.is_refused_deployment(),
                     "advisory mode through a transaction pooler ({query}): {e}"
@@ -650,7 +672,8 @@ pub fn postgres_pgbouncer(mode: PoolMode, seed: u64, duration: Duration) -> Setu
 /// Runs `commands` on PgBouncer's admin console (the `pgbouncer` database), straight to its port,
 /// and says what came of each.
 fn pgbouncer_admin(port: u16, commands: &[&str]) -> String {
-    let url = format!("host=127.0.0.1 port={port} user=postgres dbname=pgbouncer connect_timeout=5");
+    let url =
+        format!("host=127.0.0.1 port={port} user=postgres dbname=pgbouncer connect_timeout=5");
     let mut c = match postgres::Client::connect(&url, postgres::NoTls) {
         Ok(c) => c,
         Err(e) => return format!("admin connection failed: {e}"),
