@@ -388,10 +388,12 @@ pub fn redis_cluster(seed: u64, duration: Duration) -> Setup {
 /// there): the master killed, the Sentinels fail over, the old master restarted empty at once (it
 /// claims to be a master until the Sentinels make it a replica, seconds later); or restarted and
 /// followed until it is a synced replica of its successor (the next failover may then promote
-/// it). Some workers sit idle for seconds with their client, so that a client that made no call
-/// through the failover comes back to the old master while it is empty and claims to be one: it
-/// must not be granted a key there that the new master holds for another (`replicas=1`: the old
-/// master has no replica to acknowledge it). No proxies, for the same reason as Cluster.
+/// it). Clients reach the old master while it is empty and claims to be one: a worker idle for
+/// seconds with its client through the failover (its dead connection is replaced by one to the
+/// same address), or one that asks the Sentinels before most of them have caught up. It must not
+/// be granted a key there that the new master holds for another (`replicas=1`: the old master has
+/// no replica to acknowledge it; with that check broken, the checker finds overlaps). No proxies,
+/// for the same reason as Cluster.
 pub fn redis_sentinel(seed: u64, duration: Duration) -> Setup {
     let group = shared(RedisSentinel::start(2, 3, SENTINEL_DOWN_AFTER_MS));
     let url = lock(&group).url_with(&format!(
