@@ -4,7 +4,9 @@
 //! what each holder believed of its lease (`remaining()`), while a seeded fault generator draws a
 //! schedule from the faults that apply to the target (tests/support/scenarios.rs) and applies it.
 //! The checker must then report no violation of any kind (overlaps of derived windows, believed
-//! overlaps, fence order, stale writes, calls past their bound) and no stranded refusal.
+//! overlaps, fence order, stale writes, calls past their bound) and no stranded refusal; but for
+//! one deployment the README says loses exclusion (a Redis that evicts, with `allow_eviction=true`),
+//! where it must find the overlap.
 //!
 //! Each backend runs `LEASEHOLD_TORTURE_SECS` (20 by default); the seed is printed (`seed=…`) and
 //! `TORTURE_SEED=…` replays the schedule. The scenarios run one at a time: they measure bounds, and
@@ -16,7 +18,7 @@ mod scenarios;
 mod torture;
 
 use leasehold_testkit::history::seed;
-use leasehold_testkit::Report;
+use leasehold_testkit::{PoolMode, Report};
 use scenarios::Setup;
 use std::sync::{mpsc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -60,6 +62,30 @@ fn generated(
     };
     eprintln!("{name}: took {:?}", began.elapsed());
     assert_clean(name, seed, &report);
+}
+
+/// Runs `setup` for `time` under the same watchdog as [`generated`] and returns the report,
+/// for a scenario whose checker must find something.
+fn found(
+    name: &'static str,
+    time: Duration,
+    extra: Duration,
+    setup: impl FnOnce(u64, Duration) -> Setup + Send + 'static,
+) -> (u64, Report) {
+    let _one = serial();
+    let seed = seed(&format!("torture {name}"));
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(scenarios::run(name, setup(seed, time), seed));
+    });
+    match rx.recv_timeout(time + extra) {
+        Ok(r) => {
+            eprintln!("{}", torture::summary(name, seed, &r));
+            println!("{name} seed={seed}: {}", r.summary_line());
+            (seed, r)
+        }
+        Err(e) => panic!("{name}: the scenario hung or panicked ({e:?}, seed={seed})"),
+    }
 }
 
 fn assert_clean(name: &str, seed: u64, r: &Report) {
@@ -128,6 +154,47 @@ fn torture_postgres_table() {
     generated("postgres table", Duration::from_secs(45), |seed, d| {
         scenarios::postgres("table", seed, d)
     });
+}
+
+#[test]
+fn torture_postgres_table_pgbouncer_session() {
+    generated(
+        "postgres table pgbouncer session",
+        Duration::from_secs(45),
+        |seed, d| scenarios::postgres_pgbouncer(PoolMode::Session, seed, d),
+    );
+}
+
+#[test]
+fn torture_postgres_table_pgbouncer_transaction() {
+    generated(
+        "postgres table pgbouncer transaction",
+        Duration::from_secs(45),
+        |seed, d| scenarios::postgres_pgbouncer(PoolMode::Transaction, seed, d),
+    );
+}
+
+/// The one scenario whose checker must find a violation: a Redis that evicts lock keys, used with
+/// `allow_eviction=true`, hands a held key to a second holder under memory pressure (what `doctor`
+/// predicts for it, and why connect refuses such a server otherwise: the scenario checks that
+/// too). 10 s are enough.
+#[test]
+fn torture_redis_evicting_finds_the_overlap() {
+    let name = "redis evicting allow_eviction=true";
+    let (seed, r) = found(
+        name,
+        Duration::from_secs(10),
+        Duration::from_secs(30),
+        scenarios::redis_evicting,
+    );
+    assert!(
+        r.acquired > 0,
+        "{name}: nothing was ever acquired (seed={seed})"
+    );
+    assert!(
+        r.overlaps.count > 0,
+        "{name}: the checker found no overlap where eviction frees held keys (seed={seed})\n{r}"
+    );
 }
 
 #[test]

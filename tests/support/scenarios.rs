@@ -15,8 +15,8 @@
 
 use crate::torture::{self, Plan, MAX_TTL};
 use leasehold_testkit::{
-    wait_until, Catalogue, EtcdCluster, Generator, MariaDbServer, PostgresServer, RedisCluster,
-    RedisSentinel, RedisServer, Schedule, TempDir,
+    wait_until, Catalogue, EtcdCluster, Generator, MariaDbServer, PgBouncer, PoolMode,
+    PostgresServer, RedisCluster, RedisSentinel, RedisServer, Schedule, TempDir,
 };
 use std::any::Any;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -38,6 +38,8 @@ const REPLICAS_TIMEOUT: Duration = Duration::from_millis(100);
 /// How long a killed master is given to be replaced before it is restarted anyway (empty, which the
 /// scenario also survives: it stayed down longer than any TTL).
 const FAILOVER_LIMIT: Duration = Duration::from_secs(10);
+/// How long an old master back after a failover is given to become a synced replica.
+const REPLICA_LIMIT: Duration = Duration::from_secs(20);
 
 /// What a scenario sets up: the workers' plan, the faults that apply, and what must live until the
 /// run ends (servers, proxies).
@@ -54,7 +56,7 @@ pub struct Setup {
 pub type SessionEnds = Arc<Mutex<Vec<(Instant, Instant)>>>;
 
 /// The scenarios by name, for the soak's `--backend`.
-pub const NAMES: [&str; 11] = [
+pub const NAMES: [&str; 14] = [
     "local",
     "redis",
     "redis-replicas",
@@ -66,6 +68,9 @@ pub const NAMES: [&str; 11] = [
     "mysql-named",
     "mysql-table",
     "etcd",
+    "redis-evicting",
+    "postgres-table-pgbouncer-session",
+    "postgres-table-pgbouncer-transaction",
 ];
 
 /// The scenario called `name` (one of [`NAMES`]).
@@ -82,6 +87,11 @@ pub fn by_name(name: &str, seed: u64, duration: Duration) -> Option<Setup> {
         "mysql-named" => mysql("named", seed, duration),
         "mysql-table" => mysql("table", seed, duration),
         "etcd" => etcd(seed, duration),
+        "redis-evicting" => redis_evicting(seed, duration),
+        "postgres-table-pgbouncer-session" => postgres_pgbouncer(PoolMode::Session, seed, duration),
+        "postgres-table-pgbouncer-transaction" => {
+            postgres_pgbouncer(PoolMode::Transaction, seed, duration)
+        }
         _ => return None,
     })
 }
@@ -375,8 +385,15 @@ pub fn redis_cluster(seed: u64, duration: Duration) -> Setup {
 }
 
 /// Redis Sentinel (a master, 2 replicas, 3 Sentinels; `replicas=1`, as the README recommends
-/// there): the master killed, the Sentinels fail over, the old master restarted empty (the Sentinels
-/// make it a replica). No proxies, for the same reason as Cluster.
+/// there): the master killed, the Sentinels fail over, the old master restarted empty at once (it
+/// claims to be a master until the Sentinels make it a replica, seconds later); or restarted and
+/// followed until it is a synced replica of its successor (the next failover may then promote
+/// it). Clients reach the old master while it is empty and claims to be one: a worker idle for
+/// seconds with its client through the failover (its dead connection is replaced by one to the
+/// same address), or one that asks the Sentinels before most of them have caught up. It must not
+/// be granted a key there that the new master holds for another (`replicas=1`: the old master has
+/// no replica to acknowledge it; with that check broken, the checker finds overlaps). No proxies,
+/// for the same reason as Cluster.
 pub fn redis_sentinel(seed: u64, duration: Duration) -> Setup {
     let group = shared(RedisSentinel::start(2, 3, SENTINEL_DOWN_AFTER_MS));
     let url = lock(&group).url_with(&format!(
@@ -385,36 +402,292 @@ pub fn redis_sentinel(seed: u64, duration: Duration) -> Setup {
     ));
     let mut plan = Plan::new(&url, duration, seed);
     plan.write_allowance = REPLICAS_TIMEOUT;
+    plan.idle = Some((0.02, Duration::from_secs(2)..=Duration::from_secs(8)));
     let mut catalogue = Catalogue::new();
-    let g = group.clone();
-    catalogue.add(
-        "Sentinel failover (kill -9 the master, restart it empty)",
-        "sentinel",
-        Duration::from_secs(7),
-        Duration::ZERO,
-        Duration::ZERO,
-        Duration::from_secs(2),
-        move |_, _| {
-            let mut g = lock(&g);
-            let Some(master) = g.master_port() else {
-                return "no master known".into();
-            };
-            g.server_mut(master).kill();
-            let killed = Instant::now();
-            let replaced = wait_until(FAILOVER_LIMIT, || {
-                g.master_port().is_some_and(|p| p != master)
-            });
-            let took = killed.elapsed();
-            g.server_mut(master).restart();
-            format!("port {master}, replaced: {replaced} after {took:?}")
-        },
-    );
+    for (name, every, back_as_replica) in [
+        (
+            "Sentinel failover (kill -9 the master, restart it empty)",
+            Duration::from_secs(6),
+            false,
+        ),
+        (
+            "Sentinel failover, the old master back as a replica (kill -9, promote, restart)",
+            Duration::from_secs(10),
+            true,
+        ),
+    ] {
+        let g = group.clone();
+        catalogue.add(
+            name,
+            "sentinel",
+            every,
+            Duration::ZERO,
+            Duration::ZERO,
+            Duration::from_secs(2),
+            move |_, _| sentinel_failover(&mut lock(&g), back_as_replica),
+        );
+    }
     Setup {
         plan,
         catalogue,
         keep: vec![Box::new(group)],
         session_ends: SessionEnds::default(),
     }
+}
+
+/// Kills the master, waits for the Sentinels to promote another, restarts the old one empty and
+/// a master (as a real one comes back: see [`RedisServer::restart_as_master`]), and, when
+/// `back_as_replica`, waits until the Sentinels have made it a synced replica; says how long each
+/// took.
+fn sentinel_failover(g: &mut RedisSentinel, back_as_replica: bool) -> String {
+    let Some(master) = g.master_port() else {
+        return "no master known".into();
+    };
+    g.server_mut(master).kill();
+    let killed = Instant::now();
+    let replaced = wait_until(FAILOVER_LIMIT, || {
+        g.master_port().is_some_and(|p| p != master)
+    });
+    let took = killed.elapsed();
+    g.server_mut(master).restart_as_master();
+    let mut what = format!("port {master}, replaced: {replaced} after {took:?}");
+    if back_as_replica {
+        let restarted = Instant::now();
+        let server = g.server_mut(master);
+        let synced = wait_until(REPLICA_LIMIT, || {
+            let info = server.command(&[b"INFO", b"replication"]);
+            info.contains("role:slave") && info.contains("master_link_status:up")
+        });
+        what += &format!(
+            ", a synced replica: {synced} after {:?}",
+            restarted.elapsed()
+        );
+    }
+    what
+}
+
+/// A Redis that may evict keys, used anyway (`allow_eviction=true`): `maxmemory` a little above
+/// what the server uses at start, `volatile-lru`, and memory pressure drawn as a fault: filler keys
+/// without expiry written until the server answers OOM, held, then deleted. Under `volatile-lru`
+/// the lock keys (which all expire) are the ones evicted to make room, so a key still held is
+/// freed for a second holder: the checker must find that overlap (the one `doctor` predicts). No
+/// proxy and no other fault, so the overlap is the eviction's. Connect without
+/// `allow_eviction=true` is refused first.
+pub fn redis_evicting(seed: u64, duration: Duration) -> Setup {
+    let server = shared(RedisServer::start());
+    let used: u64 = lock(&server)
+        .command(&[b"INFO", b"memory"])
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("INFO memory says used_memory");
+    lock(&server).set_eviction(&(used + 8 * 1024 * 1024).to_string(), "volatile-lru");
+    let url = lock(&server).url();
+    match leasehold::connect(&url) {
+        Ok(_) => panic!("connected to a Redis that evicts without allow_eviction=true"),
+        Err(e) => assert!(
+            e.is_refused_deployment(),
+            "not refused as a deployment: {e}"
+        ),
+    }
+    let mut plan = Plan::new(&format!("{url}?allow_eviction=true"), duration, seed);
+    // Two keys for eight workers, holders at work for up to all of their lease: a key freed by
+    // eviction is soon asked for by another while its holder still counts on it.
+    plan.keys = 2;
+    plan.work_share = 1;
+    let mut catalogue = Catalogue::new();
+    let s = server.clone();
+    catalogue.add(
+        "memory pressure (filler keys until OOM, volatile-lru evicts lock keys)",
+        "memory",
+        Duration::from_millis(800),
+        Duration::from_millis(500),
+        Duration::from_millis(1500),
+        Duration::from_millis(100),
+        move |d, _| {
+            let evicted = || {
+                lock(&s)
+                    .command(&[b"INFO", b"stats"])
+                    .lines()
+                    .find_map(|l| l.strip_prefix("evicted_keys:")?.trim().parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            let before = evicted();
+            let filler = vec![b'x'; 64 * 1024];
+            let mut written = 0;
+            let mut oom = false;
+            while written < 1000 {
+                let name = format!("filler:{written}");
+                let reply = lock(&s).command(&[b"SET", name.as_bytes(), &filler]);
+                if reply.starts_with("-OOM") {
+                    oom = true;
+                    break;
+                }
+                written += 1;
+            }
+            // Held at the limit: a filler added, then the oldest deleted, every few milliseconds,
+            // so each new one makes the server evict whatever lock keys were written meanwhile.
+            let (mut first, until) = (0, Instant::now() + d);
+            while Instant::now() < until && first < written {
+                let name = format!("filler:{written}");
+                lock(&s).command(&[b"SET", name.as_bytes(), &filler]);
+                lock(&s).command(&[b"DEL", format!("filler:{first}").as_bytes()]);
+                (first, written) = (first + 1, written + 1);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            for i in first..written {
+                lock(&s).command(&[b"DEL", format!("filler:{i}").as_bytes()]);
+            }
+            format!(
+                "{written} filler keys, OOM reached: {oom}, {} keys evicted",
+                evicted() - before
+            )
+        },
+    );
+    Setup {
+        plan,
+        catalogue,
+        keep: vec![Box::new(server)],
+        session_ends: SessionEnds::default(),
+    }
+}
+
+/// PostgreSQL table mode through a real PgBouncer in `mode`, the bouncer behind a proxy: every
+/// proxy fault (in front of PgBouncer), the server stopped and crashed (restarted with its data),
+/// every server session terminated (`pg_terminate_backend`: PgBouncer's server connections), and
+/// PgBouncer's own actions through its admin console: `RECONNECT`, `KILL` of the database (every
+/// client and server connection dropped) then `RESUME`, `PAUSE` then `RESUME` (transaction
+/// pooling: `PAUSE` waits for the transactions running; under session pooling it would wait for
+/// every client to leave), and PgBouncer stopped (SIGTERM) and started again. Table leases live in
+/// rows, so none of it may cost a lease. Transaction pooling is named in the URL (`pooler=
+/// transaction`) and offers no shared leases; session pooling is left to detection (the proxy's
+/// port is not the server's, so connect looks). Advisory mode through the transaction pooler is
+/// refused at connect, named or detected.
+pub fn postgres_pgbouncer(mode: PoolMode, seed: u64, duration: Duration) -> Setup {
+    let server = shared(PostgresServer::start());
+    let bouncer = shared(PgBouncer::start(&lock(&server), mode));
+    let admin = lock(&server).url();
+    let transaction = mode == PoolMode::Transaction;
+    if transaction {
+        for query in ["lock=advisory&pooler=transaction", "lock=advisory"] {
+            match leasehold::connect(&lock(&bouncer).url_with(query)) {
+                Ok(_) => {
+                    panic!("advisory mode through a transaction pooler was not refused ({query})")
+                }
+                Err(e) => assert!(
+                    e.is_refused_deployment(),
+                    "advisory mode through a transaction pooler ({query}): {e}"
+                ),
+            }
+        }
+    }
+    let query = if transaction {
+        "lock=table&pooler=transaction"
+    } else {
+        "lock=table"
+    };
+    let (url, proxies) = torture::proxied(&lock(&bouncer).url_with(query));
+    let mut plan = Plan::new(&url, duration, seed);
+    if transaction {
+        plan.shared = false;
+        plan.swaps = false;
+    }
+    let mut catalogue = Catalogue::new();
+    catalogue.proxy_faults(&proxies, plan.io_timeout, true);
+    database_faults(
+        &mut catalogue,
+        &server,
+        ("SIGSTOP postgres", "crash postgres, restart with data"),
+        Duration::from_secs(8),
+    );
+    catalogue.add(
+        "pg_terminate_backend of every server session",
+        "server",
+        Duration::from_secs(4),
+        Duration::ZERO,
+        Duration::ZERO,
+        Duration::ZERO,
+        move |_, _| terminate_postgres_sessions(&admin),
+    );
+    let port = lock(&bouncer).port();
+    catalogue.add(
+        "PgBouncer RECONNECT",
+        "pgbouncer",
+        Duration::from_secs(3),
+        Duration::ZERO,
+        Duration::ZERO,
+        Duration::ZERO,
+        move |_, _| pgbouncer_admin(port, &["RECONNECT"]),
+    );
+    catalogue.add(
+        "PgBouncer KILL, then RESUME",
+        "pgbouncer",
+        Duration::from_secs(4),
+        Duration::from_millis(100),
+        PAUSE,
+        Duration::from_millis(200),
+        move |d, _| {
+            let killed = pgbouncer_admin(port, &["KILL postgres"]);
+            std::thread::sleep(d);
+            format!("{killed}; {}", pgbouncer_admin(port, &["RESUME postgres"]))
+        },
+    );
+    if transaction {
+        catalogue.add(
+            "PgBouncer PAUSE, then RESUME",
+            "pgbouncer",
+            Duration::from_secs(4),
+            Duration::from_millis(100),
+            PAUSE,
+            Duration::from_millis(200),
+            move |d, _| {
+                let paused = pgbouncer_admin(port, &["PAUSE postgres"]);
+                std::thread::sleep(d);
+                format!("{paused}; {}", pgbouncer_admin(port, &["RESUME postgres"]))
+            },
+        );
+    }
+    let b = bouncer.clone();
+    catalogue.add(
+        "PgBouncer stopped (SIGTERM) and started again",
+        "pgbouncer",
+        Duration::from_secs(6),
+        Duration::from_millis(100),
+        Duration::from_millis(500),
+        Duration::from_millis(500),
+        move |d, _| {
+            let mut b = lock(&b);
+            b.stop();
+            std::thread::sleep(d);
+            b.restart();
+            String::new()
+        },
+    );
+    Setup {
+        plan,
+        catalogue,
+        keep: vec![Box::new(proxies), Box::new(bouncer), Box::new(server)],
+        session_ends: SessionEnds::default(),
+    }
+}
+
+/// Runs `commands` on PgBouncer's admin console (the `pgbouncer` database), straight to its port,
+/// and says what came of each.
+fn pgbouncer_admin(port: u16, commands: &[&str]) -> String {
+    let url =
+        format!("host=127.0.0.1 port={port} user=postgres dbname=pgbouncer connect_timeout=5");
+    let mut c = match postgres::Client::connect(&url, postgres::NoTls) {
+        Ok(c) => c,
+        Err(e) => return format!("admin connection failed: {e}"),
+    };
+    let said: Vec<String> = commands
+        .iter()
+        .map(|cmd| match c.simple_query(cmd) {
+            Ok(_) => format!("{cmd}: ok"),
+            Err(e) => format!("{cmd}: {e}"),
+        })
+        .collect();
+    said.join(", ")
 }
 
 /// Ends every client session on the server but the admin's own (`pg_terminate_backend`, waiting

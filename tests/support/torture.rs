@@ -58,6 +58,10 @@ pub struct Plan {
     /// longer where leases live in sessions that faults end, so that holders are at work, looking
     /// at what is left, when another client is granted the key.
     pub work_share: u64,
+    /// Chance, per cycle, that a worker sits idle for a while (drawn from this range) keeping its
+    /// client, as a PHP-FPM worker with a persistent connection does between requests: a client
+    /// that made no call while the servers changed (a failover) learns of it on its next call.
+    pub idle: Option<(f64, std::ops::RangeInclusive<Duration>)>,
 }
 
 impl Plan {
@@ -80,6 +84,7 @@ impl Plan {
             write_allowance: Duration::ZERO,
             server_hold_floor: Duration::ZERO,
             work_share: 4,
+            idle: None,
         }
     }
 
@@ -247,6 +252,16 @@ fn worker(w: usize, plan: &Plan, url: &str, sh: &Shared) {
             match connect() {
                 Some(c) => client = c,
                 None => return,
+            }
+        }
+        if let Some((chance, range)) = &plan.idle {
+            if rng.f64() < *chance {
+                let (lo, hi) = (range.start().as_millis(), range.end().as_millis());
+                let until = Instant::now() + Duration::from_millis(rng.u64(lo as u64..=hi as u64));
+                while Instant::now() < until.min(end) && !stop.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                continue;
             }
         }
         // A lease another worker detached comes first: picking it up late is part of the test.

@@ -29,7 +29,9 @@ impl PoolMode {
 /// A `pgbouncer` process on a free loopback port (never 6432, no Unix socket) in front of a
 /// [`PostgresServer`], with its own configuration, auth file and log in a temporary directory: every
 /// database of the server, the `postgres` user trusted (as the test server trusts it). Its pools are
-/// larger than any test's sessions, so a client never queues for a server connection. Stopped on
+/// larger than any test's sessions, so a client never queues for a server connection; after a
+/// failed server login it tries again within a second (not the default 15 s, which would keep a
+/// bouncer in front of a restarted server refusing clients for most of a torture run). Stopped on
 /// drop, and with the test process if that dies first.
 #[derive(Debug)]
 pub struct PgBouncer {
@@ -73,7 +75,8 @@ impl PgBouncer {
                  logfile = {log}\n\
                  log_connections = 0\n\
                  log_disconnections = 0\n\
-                 admin_users = postgres\n",
+                 admin_users = postgres\n\
+                 server_login_retry = 1\n",
                 pg = server.port(),
                 auth = auth.display(),
                 mode = mode.name(),
@@ -81,16 +84,29 @@ impl PgBouncer {
             ),
         )
         .expect("write pgbouncer.ini");
-        let owner = run_as();
-        if let Some((uid, gid)) = owner {
+        if let Some((uid, gid)) = run_as() {
             // PgBouncer refuses to run as root: it runs as the user PostgreSQL runs as.
             for path in [dir.path(), &auth, &config] {
                 chown(path, uid, gid);
             }
         }
+        let mut bouncer = PgBouncer {
+            port,
+            mode,
+            dir,
+            child: None,
+        };
+        bouncer.spawn();
+        bouncer
+    }
+
+    /// Runs `pgbouncer` on this bouncer's configuration and waits until it answers.
+    fn spawn(&mut self) {
         let mut cmd = Command::new(binary());
-        cmd.arg(&config).stdout(Stdio::null()).stderr(Stdio::null());
-        if let Some((uid, gid)) = owner {
+        cmd.arg(self.dir.path().join("pgbouncer.ini"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some((uid, gid)) = run_as() {
             cmd.uid(uid).gid(gid);
         }
         let child = crate::spawn_for_process(cmd, libc::SIGTERM).unwrap_or_else(|e| {
@@ -99,19 +115,19 @@ impl PgBouncer {
                 binary().display()
             )
         });
-        let mut bouncer = PgBouncer {
-            port,
-            mode,
-            dir,
-            child: Some(child),
-        };
-        let up = wait_until(Duration::from_secs(30), || ready(port));
+        self.child = Some(child);
+        let up = wait_until(Duration::from_secs(30), || ready(self.port));
         if !up {
-            let log = bouncer.log();
-            bouncer.stop();
-            panic!("pgbouncer on port {port} did not come up: {log}");
+            let log = self.log();
+            self.stop();
+            panic!("pgbouncer on port {} did not come up: {log}", self.port);
         }
-        bouncer
+    }
+
+    /// Stops it ([`PgBouncer::stop`]) and starts it again on the same port and configuration.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
     }
 
     pub fn port(&self) -> u16 {

@@ -332,6 +332,17 @@ impl RedisServer {
         panic!("redis-server could not be restarted on port {}", self.port);
     }
 
+    /// Starts it again on the same port, empty and a master (its `--replicaof` dropped): how a
+    /// master killed after a Sentinel failover comes back, whether it was a master from the start
+    /// or a replica promoted earlier (Sentinel rewrote its configuration then), until the
+    /// Sentinels make it a replica.
+    pub fn restart_as_master(&mut self) {
+        if let Some(i) = self.extra.iter().position(|a| a == "--replicaof") {
+            self.extra.drain(i..(i + 3).min(self.extra.len()));
+        }
+        self.restart();
+    }
+
     pub fn is_running(&self) -> bool {
         self.child.is_some()
     }
