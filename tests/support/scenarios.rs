@@ -15,8 +15,8 @@
 
 use crate::torture::{self, Plan, MAX_TTL};
 use leasehold_testkit::{
-    wait_until, Catalogue, EtcdCluster, Generator, MariaDbServer, PgBouncer, PoolMode,
-    PostgresServer, RedisCluster, RedisSentinel, RedisServer, Schedule, TempDir,
+    wait_until, Catalogue, EtcdCluster, Fault, FaultProxy, Generator, MariaDbServer, PgBouncer,
+    PoolMode, PostgresServer, RedisCluster, RedisSentinel, RedisServer, Schedule, TempDir,
 };
 use std::any::Any;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -52,8 +52,9 @@ pub struct Setup {
     pub session_ends: SessionEnds,
 }
 
-/// The `(invoke, complete)` of each call that ended every client session.
-pub type SessionEnds = Arc<Mutex<Vec<(Instant, Instant)>>>;
+/// The `(invoke, complete)` of each call that ended every client session, and how long the fault
+/// proxy held every chunk while it ran ([`held_by`]).
+pub type SessionEnds = Arc<Mutex<Vec<(Instant, Instant, Duration)>>>;
 
 /// The scenarios by name, for the soak's `--backend`.
 pub const NAMES: [&str; 14] = [
@@ -731,20 +732,16 @@ pub fn postgres(mode: &str, seed: u64, duration: Duration) -> Setup {
     );
     let session_ends = SessionEnds::default();
     let ends = (!table).then(|| session_ends.clone());
-    // Advisory mode only on demand for now: with every session ended every 1.5 s, a waiting
-    // shared or permit acquire sometimes ran past its bound (until a later kill ended it), in
-    // about one run in six; the cause is not found yet.
-    if table || std::env::var_os("LEASEHOLD_TORTURE_ADVISORY_KILLS").is_some() {
-        catalogue.add(
-            "pg_terminate_backend of every client session",
-            "server",
-            kill_every(table),
-            Duration::ZERO,
-            Duration::ZERO,
-            Duration::ZERO,
-            move |_, _| ending_sessions(&ends, || terminate_postgres_sessions(&admin)),
-        );
-    }
+    let relays = proxies.clone();
+    catalogue.add(
+        "pg_terminate_backend of every client session",
+        "server",
+        kill_every(table),
+        Duration::ZERO,
+        Duration::ZERO,
+        Duration::ZERO,
+        move |_, _| ending_sessions(&ends, &relays, || terminate_postgres_sessions(&admin)),
+    );
     Setup {
         plan,
         catalogue,
@@ -856,14 +853,38 @@ fn kill_every(table: bool) -> Duration {
 }
 
 /// Runs `end`, which ends every client session, and records when into `ends` (for a backend whose
-/// leases live in their sessions).
-fn ending_sessions(ends: &Option<SessionEnds>, end: impl FnOnce() -> String) -> String {
+/// leases live in their sessions), with how long `proxies` held every chunk meanwhile.
+fn ending_sessions(
+    ends: &Option<SessionEnds>,
+    proxies: &[Arc<FaultProxy>],
+    end: impl FnOnce() -> String,
+) -> String {
+    let before = held_by(proxies);
     let invoke = Instant::now();
     let what = end();
+    let complete = Instant::now();
+    let held = before.max(held_by(proxies));
     if let Some(ends) = ends {
-        lock(ends).push((invoke, Instant::now()));
+        lock(ends).push((invoke, complete, held));
     }
     what
+}
+
+/// How long `proxies` hold every chunk now (a latency fault), 0 when they forward at once. A
+/// session's goodbye that a proxy reads meanwhile reaches its holder that much later, while another
+/// client's traffic after the fault heals is not held: the goodbye's travel time that the guarantee
+/// leaves out. The other faults hold nothing back: a black hole or dropped replies forward the
+/// close at once, a slow drip the goodbye's first byte. Read before and after the kill, which is
+/// far shorter than any fault.
+fn held_by(proxies: &[Arc<FaultProxy>]) -> Duration {
+    proxies
+        .iter()
+        .map(|p| match p.fault() {
+            Fault::Latency(d) => d,
+            _ => Duration::ZERO,
+        })
+        .max()
+        .unwrap_or_default()
 }
 
 /// Ends every session of the workers' account but the admin's own (`KILL CONNECTION`).
@@ -923,6 +944,7 @@ pub fn mysql(mode: &str, seed: u64, duration: Duration) -> Setup {
     );
     let session_ends = SessionEnds::default();
     let ends = (!table).then(|| session_ends.clone());
+    let relays = proxies.clone();
     catalogue.add(
         "KILL CONNECTION of every worker session",
         "server",
@@ -930,7 +952,7 @@ pub fn mysql(mode: &str, seed: u64, duration: Duration) -> Setup {
         Duration::ZERO,
         Duration::ZERO,
         Duration::ZERO,
-        move |_, _| ending_sessions(&ends, || kill_mariadb_sessions(&admin)),
+        move |_, _| ending_sessions(&ends, &relays, || kill_mariadb_sessions(&admin)),
     );
     Setup {
         plan,
@@ -1036,8 +1058,8 @@ pub fn run(name: &str, setup: Setup, seed: u64) -> leasehold_testkit::Report {
     for line in &log {
         eprintln!("  {line}");
     }
-    for &(invoke, complete) in lock(&session_ends).iter() {
-        run.history.sessions_ended(invoke, complete);
+    for &(invoke, complete, held) in lock(&session_ends).iter() {
+        run.history.sessions_ended(invoke, complete, held);
     }
     let report = run.finish(Duration::from_secs(3));
     drop(keep);

@@ -244,11 +244,23 @@ pub struct Snapshot {
     pub beliefs: Vec<Belief>,
     /// When the snapshot was taken: pending operations have been running at least until then.
     pub end: Duration,
-    /// Every client session ended by someone else (an administrator's kill of them all), as the
-    /// `(invoke, complete)` of the call that ended them: a lease that lives in its session (PostgreSQL
-    /// advisory, MySQL named) ends with it, and its holder must stop relying on it when the session's
-    /// end reaches it. Recorded only for such backends.
-    pub session_ends: Vec<(Duration, Duration)>,
+    /// Every client session ended by someone else (an administrator's kill of them all), by the
+    /// call that ended them: a lease that lives in its session (PostgreSQL advisory, MySQL named)
+    /// ends with it, and its holder must stop relying on it when the session's end reaches it.
+    /// Recorded only for such backends.
+    pub session_ends: Vec<SessionEnd>,
+}
+
+/// One call that ended every client session ([`Snapshot::session_ends`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SessionEnd {
+    pub invoke: Duration,
+    pub complete: Duration,
+    /// How long a relay between the clients and the server held each chunk while the call ran
+    /// (the fault proxy's latency, 0 when it forwarded at once): the sessions' goodbyes left the
+    /// server during the call and reached their holders that much later, which is the goodbye's
+    /// travel time the guarantee leaves out (README, "Guarantees and their limits").
+    pub goodbye_held: Duration,
 }
 
 impl Snapshot {
@@ -268,13 +280,25 @@ impl Snapshot {
     }
 
     /// Adds a hand-written end of every session, by the call that ended them.
-    pub fn with_session_end(mut self, invoke_ms: u64, complete_ms: u64) -> Snapshot {
-        let (i, c) = (
-            Duration::from_millis(invoke_ms),
-            Duration::from_millis(complete_ms),
-        );
-        self.end = self.end.max(c);
-        self.session_ends.push((i, c));
+    pub fn with_session_end(self, invoke_ms: u64, complete_ms: u64) -> Snapshot {
+        self.with_held_session_end(invoke_ms, complete_ms, 0)
+    }
+
+    /// [`Snapshot::with_session_end`] while a relay held every chunk `held_ms`
+    /// ([`SessionEnd::goodbye_held`]).
+    pub fn with_held_session_end(
+        mut self,
+        invoke_ms: u64,
+        complete_ms: u64,
+        held_ms: u64,
+    ) -> Snapshot {
+        let end = SessionEnd {
+            invoke: Duration::from_millis(invoke_ms),
+            complete: Duration::from_millis(complete_ms),
+            goodbye_held: Duration::from_millis(held_ms),
+        };
+        self.end = self.end.max(end.complete);
+        self.session_ends.push(end);
         self
     }
 
@@ -295,7 +319,7 @@ pub struct History {
     start: Instant,
     ops: Mutex<Vec<Op>>,
     beliefs: Mutex<Vec<Belief>>,
-    session_ends: Mutex<Vec<(Duration, Duration)>>,
+    session_ends: Mutex<Vec<SessionEnd>>,
 }
 
 impl Default for History {
@@ -376,14 +400,18 @@ impl History {
             .push(Belief { lease, at, until });
     }
 
-    /// Records that every client session was ended by a call made from `invoke` to `complete`
-    /// (see [`Snapshot::session_ends`]).
-    pub fn sessions_ended(&self, invoke: Instant, complete: Instant) {
+    /// Records that every client session was ended by a call made from `invoke` to `complete`,
+    /// while a relay held every chunk `goodbye_held` (see [`Snapshot::session_ends`]).
+    pub fn sessions_ended(&self, invoke: Instant, complete: Instant, goodbye_held: Duration) {
         let since = |t: Instant| t.saturating_duration_since(self.start);
         self.session_ends
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push((since(invoke), since(complete)));
+            .push(SessionEnd {
+                invoke: since(invoke),
+                complete: since(complete),
+                goodbye_held,
+            });
     }
 
     pub fn len(&self) -> usize {

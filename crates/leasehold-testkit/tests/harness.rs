@@ -286,6 +286,17 @@ fn a_session_ended_by_someone_else_ends_the_lease_and_later_beliefs_are_judged_w
         .with_beliefs(&[(0, 1, 9_900), (0, 110, 9_800), (1, 120, 9_000)]);
     let r = check(&early, &CheckConfig::default());
     assert!(r.is_clean(), "{r}");
+    // A relay held every chunk 100 ms while the kill ran: the goodbye reached the holder by 202 ms
+    // at the latest, so what it read before is its travel time; what it read after is not.
+    let held = |at| {
+        Snapshot::of(ops())
+            .with_held_session_end(100, 102, 100)
+            .with_beliefs(&[(0, 1, 9_900), (0, at, 9_800), (1, 120, 9_000)])
+    };
+    let r = check(&held(150), &CheckConfig::default());
+    assert!(r.is_clean(), "{r}");
+    let r = check(&held(210), &CheckConfig::default());
+    assert_eq!(r.believed_overlaps.count, 1, "{r}");
 }
 
 /// A belief ends where the holder starts giving the lease back, and where its next belief starts

@@ -10,7 +10,7 @@
 use super::allowance::drift;
 use super::exclusion::Span;
 use super::{sessions, swaps};
-use crate::history::{Belief, Op, OpId, OpKind};
+use crate::history::{Belief, Op, OpId, OpKind, SessionEnd};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -21,7 +21,7 @@ pub(crate) fn believed_spans<'a>(
     ops: &'a [Op],
     beliefs: &[Belief],
     of_lease: &HashMap<OpId, Vec<OpId>>,
-    session_ends: &[(Duration, Duration)],
+    session_ends: &[SessionEnd],
 ) -> HashMap<&'a str, Vec<Span>> {
     // A holder stops relying on its lease when it starts to give it back.
     let mut released: HashMap<OpId, Duration> = HashMap::new();
@@ -53,7 +53,7 @@ pub(crate) fn believed_spans<'a>(
         list.sort();
         let stop = released.get(&lease).copied().unwrap_or(Duration::MAX);
         let related = of_lease.get(&lease).map_or(&[][..], Vec::as_slice);
-        let ended = sessions::ended_from(ops, lease, related, session_ends);
+        let ended = sessions::ended_by(ops, lease, related, session_ends);
         let pieces: Vec<(Duration, Duration)> = list
             .iter()
             .enumerate()
@@ -67,8 +67,9 @@ pub(crate) fn believed_spans<'a>(
                     .map(|(_, ends)| *ends)
                     .min()
                     .unwrap_or(Duration::MAX);
-                // A session ended by someone else: relied on until that began at most, and
-                // judged only at its moment when read after.
+                // A session ended by someone else: relied on until that began at most (read before
+                // it, or before a goodbye a relay held could arrive), and judged only at its moment
+                // when read after.
                 let ended = sessions::belief_end(ended, at);
                 (at, until.min(next).min(stop).min(sent_meanwhile).min(ended))
             })

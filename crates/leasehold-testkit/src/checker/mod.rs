@@ -419,7 +419,7 @@ fn window(
     ops: &[Op],
     a: OpId,
     related: &[OpId],
-    session_ends: &[(Duration, Duration)],
+    session_ends: &[crate::history::SessionEnd],
 ) -> Option<(Duration, Duration)> {
     let acq = &ops[a];
     let start = acq.complete?;

@@ -11,22 +11,29 @@
 //! after the kill began is judged at the moment it was read, when the holder must not believe
 //! while another client holds the key: the session's end reaches the holder before another client
 //! can be granted the key, which takes that client a round trip after the end.
+//!
+//! The one allowance is the goodbye's travel time that the guarantee leaves out (README,
+//! "Guarantees and their limits"): a relay that forwards it late. While the kill ran, the fault
+//! proxy held every chunk for [`SessionEnd::goodbye_held`] (a latency fault); a goodbye it read
+//! then reached its holder that much after the kill completed at the latest, while another
+//! client's traffic after the fault healed was not held. So a belief read before the kill's
+//! completion plus that hold counts as one read before the kill. With no hold, none.
 
-use crate::history::{Op, OpId, OpKind, Outcome};
+use crate::history::{Op, OpId, OpKind, Outcome, SessionEnd};
 use std::time::Duration;
 
 /// How long a belief read after its lease's session may have ended is relied on: only at the
 /// moment it was read.
 pub(crate) const POINT: Duration = Duration::from_micros(1);
 
-/// From when (the earliest invocation of a kill that may have ended its session) the lease of the
-/// acquire `a`, whose calls are `related`, may be over; `None` if no kill may have ended it.
-pub(crate) fn ended_from(
+/// The kill (the earliest by invocation) that may have ended the lease of the acquire `a`, whose
+/// calls are `related`; `None` if no kill may have ended it.
+pub(crate) fn ended_by<'a>(
     ops: &[Op],
     a: OpId,
     related: &[OpId],
-    ends: &[(Duration, Duration)],
-) -> Option<Duration> {
+    ends: &'a [SessionEnd],
+) -> Option<&'a SessionEnd> {
     let acquired = ops[a].invoke;
     let answered_after = |complete: Duration| {
         related.iter().any(|&i| {
@@ -39,18 +46,30 @@ pub(crate) fn ended_from(
         })
     };
     ends.iter()
-        .filter(|&&(_, complete)| complete > acquired && !answered_after(complete))
-        .map(|&(invoke, _)| invoke)
-        .min()
+        .filter(|end| end.complete > acquired && !answered_after(end.complete))
+        .min_by_key(|end| end.invoke)
 }
 
-/// The end of a belief read at `at` of a lease that may be over from `ended` on (see
-/// [`ended_from`]): the kill's invocation for one read before it, the moment itself for one read
-/// after.
-pub(crate) fn belief_end(ended: Option<Duration>, at: Duration) -> Duration {
+/// From when (the invocation of [`ended_by`]'s kill) the lease may be over.
+pub(crate) fn ended_from(
+    ops: &[Op],
+    a: OpId,
+    related: &[OpId],
+    ends: &[SessionEnd],
+) -> Option<Duration> {
+    ended_by(ops, a, related, ends).map(|end| end.invoke)
+}
+
+/// The end of a belief read at `at` of a lease that the kill `ended` may have ended (see
+/// [`ended_by`]): the kill's invocation for one read before it, or before its goodbyes held by a
+/// relay could arrive; the moment itself for one read after.
+pub(crate) fn belief_end(ended: Option<&SessionEnd>, at: Duration) -> Duration {
     match ended {
-        Some(from) if at >= from => at.saturating_add(POINT),
-        Some(from) => from,
+        Some(end) if at < end.invoke => end.invoke,
+        Some(end) if !end.goodbye_held.is_zero() && at < end.complete + end.goodbye_held => {
+            end.invoke
+        }
+        Some(_) => at.saturating_add(POINT),
         None => Duration::MAX,
     }
 }
