@@ -461,6 +461,12 @@ final class Lock implements LockInterface
     public function adopt(\FFI\CData $lease): void
     {
         $this->refuseIfHeld();
+        $this->hold($lease);
+    }
+
+    /** This object now holds $lease, taken or restored in this process: fresh state, ended with the request. */
+    private function hold(\FFI\CData $lease): void
+    {
         $this->lease = $lease;
         $this->ownerPid = getmypid();
         $this->keepingAlive = false;
@@ -543,13 +549,7 @@ final class Lock implements LockInterface
     {
         $events = $this->events;
         if ($status === Library::OK) {
-            $this->lease = $out;
-            $this->ownerPid = getmypid();
-            $this->keepingAlive = false;
-            $this->keepAliveFailure = null;
-            $this->keepAliveLossLogged = false;
-            $this->handedOn = false;
-            RequestLeases::add($this, $this->ffi);
+            $this->hold($out);
         } elseif ($status !== Library::NOT_ACQUIRED && $status !== Library::INTERRUPTED) {
             $error = $this->client->library()->error($status, 'cannot acquire the lock');
             $events?->backendError('acquire', $status, $error->getMessage(), $this->key);
