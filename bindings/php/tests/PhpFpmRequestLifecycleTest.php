@@ -8,6 +8,7 @@ use Leasehold\Client;
 use Leasehold\Library;
 use Leasehold\Tests\Support\FastCgi;
 use Leasehold\Tests\Support\LeaseholdTestCase;
+use Leasehold\Tests\Support\PhpFpm;
 use Leasehold\Tests\Support\Ports;
 use Leasehold\Tests\Support\TempDir;
 
@@ -73,7 +74,7 @@ final class PhpFpmRequestLifecycleTest extends LeaseholdTestCase
         ])));
         file_put_contents($dir->file('php.ini'), implode("\n", ['ffi.enable=1', 'display_errors=stderr',
             'log_errors=1', 'error_log=' . $dir->file('php-errors.log'), '']));
-        $command = [self::binary(), '--nodaemonize', '--fpm-config', $dir->file('php-fpm.conf'),
+        $command = [PhpFpm::binary(), '--nodaemonize', '--fpm-config', $dir->file('php-fpm.conf'),
             '-c', $dir->file('php.ini')];
         if ($root) {
             $command[] = '--allow-to-run-as-root';
@@ -103,15 +104,7 @@ final class PhpFpmRequestLifecycleTest extends LeaseholdTestCase
     {
         self::$client = null;
         if (self::$fpm !== null) {
-            proc_terminate(self::$fpm, SIGTERM);
-            $deadline = microtime(true) + 10.0;
-            while (proc_get_status(self::$fpm)['running'] && microtime(true) < $deadline) {
-                usleep(50_000);
-            }
-            if (proc_get_status(self::$fpm)['running']) {
-                proc_terminate(self::$fpm, SIGKILL);
-            }
-            proc_close(self::$fpm);
+            PhpFpm::stop(self::$fpm);
             self::$fpm = null;
         }
         self::$dir = null;
@@ -226,17 +219,6 @@ final class PhpFpmRequestLifecycleTest extends LeaseholdTestCase
     private static function app(): string
     {
         return __DIR__ . '/fixtures/request-lifecycle.php';
-    }
-
-    private static function binary(): string
-    {
-        foreach (array_filter([getenv('PHP_FPM') ?: null, '/usr/sbin/php-fpm' . PHP_MAJOR_VERSION . '.'
-            . PHP_MINOR_VERSION, '/usr/sbin/php-fpm']) as $candidate) {
-            if (is_file($candidate) && is_executable($candidate)) {
-                return $candidate;
-            }
-        }
-        throw new \RuntimeException('php-fpm is not installed (Debian: apt-get install php-fpm)');
     }
 
     private static function logs(): string

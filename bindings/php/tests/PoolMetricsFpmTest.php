@@ -8,6 +8,7 @@ use Leasehold\Library;
 use Leasehold\Metrics\PoolMetrics;
 use Leasehold\Tests\Support\FastCgi;
 use Leasehold\Tests\Support\LeaseholdTestCase;
+use Leasehold\Tests\Support\PhpFpm;
 use Leasehold\Tests\Support\Ports;
 use Leasehold\Tests\Support\TempDir;
 
@@ -48,7 +49,7 @@ final class PoolMetricsFpmTest extends LeaseholdTestCase
         ]));
         file_put_contents($this->dir->file('php.ini'), implode("\n", ['ffi.enable=1', 'display_errors=stderr',
             'log_errors=1', 'error_log=' . $this->dir->file('php-errors.log'), '']));
-        $command = [self::binary(), '--nodaemonize', '--fpm-config', $this->dir->file('php-fpm.conf'),
+        $command = [PhpFpm::binary(), '--nodaemonize', '--fpm-config', $this->dir->file('php-fpm.conf'),
             '-c', $this->dir->file('php.ini')];
         if ($root) {
             $command[] = '--allow-to-run-as-root';
@@ -72,15 +73,7 @@ final class PoolMetricsFpmTest extends LeaseholdTestCase
     protected function tearDown(): void
     {
         if ($this->fpm !== null) {
-            proc_terminate($this->fpm, SIGTERM);
-            $deadline = microtime(true) + 10.0;
-            while (proc_get_status($this->fpm)['running'] && microtime(true) < $deadline) {
-                usleep(50_000);
-            }
-            if (proc_get_status($this->fpm)['running']) {
-                proc_terminate($this->fpm, SIGKILL);
-            }
-            proc_close($this->fpm);
+            PhpFpm::stop($this->fpm);
             $this->fpm = null;
         }
     }
@@ -194,17 +187,6 @@ final class PoolMetricsFpmTest extends LeaseholdTestCase
             }
         }
         return null;
-    }
-
-    private static function binary(): string
-    {
-        foreach (array_filter([getenv('PHP_FPM') ?: null, '/usr/sbin/php-fpm' . PHP_MAJOR_VERSION . '.'
-            . PHP_MINOR_VERSION, '/usr/sbin/php-fpm']) as $candidate) {
-            if (is_file($candidate) && is_executable($candidate)) {
-                return $candidate;
-            }
-        }
-        throw new \RuntimeException('php-fpm is not installed (Debian: apt-get install php-fpm)');
     }
 
     private function awaitLog(string $pattern, float $seconds): void

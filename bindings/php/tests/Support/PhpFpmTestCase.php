@@ -98,7 +98,7 @@ abstract class PhpFpmTestCase extends LeaseholdTestCase
             '',
         ]));
 
-        $command = [self::binary(), '--nodaemonize', '--fpm-config', $dir->file('php-fpm.conf'),
+        $command = [PhpFpm::binary(), '--nodaemonize', '--fpm-config', $dir->file('php-fpm.conf'),
             '-c', $dir->file('php.ini')];
         if ($root) {
             $command[] = '--allow-to-run-as-root';
@@ -129,15 +129,7 @@ abstract class PhpFpmTestCase extends LeaseholdTestCase
     public static function tearDownAfterClass(): void
     {
         if (self::$fpm !== null) {
-            proc_terminate(self::$fpm, SIGTERM);
-            $deadline = microtime(true) + 10.0;
-            while (proc_get_status(self::$fpm)['running'] && microtime(true) < $deadline) {
-                usleep(50_000);
-            }
-            if (proc_get_status(self::$fpm)['running']) {
-                proc_terminate(self::$fpm, SIGKILL);
-            }
-            proc_close(self::$fpm);
+            PhpFpm::stop(self::$fpm);
             self::$fpm = null;
         }
         self::$dir = null;
@@ -248,24 +240,6 @@ abstract class PhpFpmTestCase extends LeaseholdTestCase
             throw new \RuntimeException("cannot copy $from to $to");
         }
         chmod($to, 0755);
-    }
-
-    private static function binary(): string
-    {
-        $candidates = array_filter([
-            getenv('PHP_FPM') ?: null,
-            '/usr/sbin/php-fpm' . PHP_MAJOR_VERSION . '.' . PHP_MINOR_VERSION,
-            '/usr/sbin/php-fpm',
-            trim((string) shell_exec('command -v php-fpm' . PHP_MAJOR_VERSION . '.' . PHP_MINOR_VERSION)),
-            trim((string) shell_exec('command -v php-fpm')),
-        ]);
-        foreach ($candidates as $candidate) {
-            if (is_file($candidate) && is_executable($candidate)) {
-                return $candidate;
-            }
-        }
-        throw new \RuntimeException('php-fpm is not installed (Debian: apt-get install php-fpm); '
-            . 'the suite does not skip the php-fpm tests');
     }
 
     protected static function logs(): string
