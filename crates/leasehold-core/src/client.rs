@@ -167,8 +167,21 @@ impl Client {
         let retries_before = stats::retries_so_far();
         let sent = BootTime::now();
         let start = Instant::now();
-        let watch = Watch::new(Some(&self.interrupts), self.watch_signals);
-        let result = crate::wait::acquire_request(&*self.backend, &request.held_for(held), &watch);
+        // Only a wait watches: blocking the signals costs system calls a single attempt need not pay.
+        let watch = if wait.is_zero() {
+            Watch::none()
+        } else {
+            Watch::new(Some(&self.interrupts), self.watch_signals)
+        };
+        // The backend holds the key for the TTL plus the lock-delay; without one, the request as it is.
+        let delayed;
+        let asked = if held == ttl {
+            request
+        } else {
+            delayed = request.held_for(held);
+            &delayed
+        };
+        let result = crate::wait::acquire_request(&*self.backend, asked, &watch);
         let elapsed = start.elapsed();
         self.stats
             .retries(stats::retries_so_far().wrapping_sub(retries_before));
