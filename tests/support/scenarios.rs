@@ -620,31 +620,28 @@ pub fn postgres_pgbouncer(mode: PoolMode, seed: u64, duration: Duration) -> Setu
         Duration::ZERO,
         move |_, _| pgbouncer_admin(port, &["RECONNECT"]),
     );
-    catalogue.add(
-        "PgBouncer KILL, then RESUME",
-        "pgbouncer",
-        Duration::from_secs(4),
-        Duration::from_millis(100),
-        PAUSE,
-        Duration::from_millis(200),
-        move |d, _| {
-            let killed = pgbouncer_admin(port, &["KILL postgres"]);
-            std::thread::sleep(d);
-            format!("{killed}; {}", pgbouncer_admin(port, &["RESUME postgres"]))
-        },
-    );
-    if transaction {
+    // KILL drops the database's server connections, PAUSE waits for them to go idle; either stops
+    // new queries until RESUME. In session pooling PAUSE waits for every client to leave: never.
+    let stops: &[(&'static str, &'static str)] = if transaction {
+        &[
+            ("PgBouncer KILL, then RESUME", "KILL postgres"),
+            ("PgBouncer PAUSE, then RESUME", "PAUSE postgres"),
+        ]
+    } else {
+        &[("PgBouncer KILL, then RESUME", "KILL postgres")]
+    };
+    for &(name, stop) in stops {
         catalogue.add(
-            "PgBouncer PAUSE, then RESUME",
+            name,
             "pgbouncer",
             Duration::from_secs(4),
             Duration::from_millis(100),
             PAUSE,
             Duration::from_millis(200),
             move |d, _| {
-                let paused = pgbouncer_admin(port, &["PAUSE postgres"]);
+                let stopped = pgbouncer_admin(port, &[stop]);
                 std::thread::sleep(d);
-                format!("{paused}; {}", pgbouncer_admin(port, &["RESUME postgres"]))
+                format!("{stopped}; {}", pgbouncer_admin(port, &["RESUME postgres"]))
             },
         );
     }
