@@ -105,11 +105,12 @@ final class OnceTest extends LeaseholdTestCase
         $run = Php::start(__DIR__ . '/fixtures/once-worker.php', [$url, $key]);
         $deadline = microtime(true) + 30.0;
         $out = '';
-        while (!str_contains($out, "started ") && microtime(true) < $deadline) {
+        // The whole line: a read may end between "started " and the fence.
+        while (preg_match('/started \d+\n/', $out) !== 1 && microtime(true) < $deadline) {
             $out .= (string) stream_get_contents($run['pipes'][1]);
             usleep(10_000);
         }
-        self::assertStringContainsString('started ', $out);
+        self::assertMatchesRegularExpression('/started \d+\n/', $out);
         proc_terminate($run['process'], SIGKILL);
         Php::finish($run, 10.0);
         // Its lease runs out (2 s), and the next caller is told, not rerun.
