@@ -92,25 +92,41 @@ final class InMemoryBackend
     {
         self::checkMillis($ttlMs, 'ttl');
         self::checkMillis($waitMs, 'wait');
-        $giveUpAt = $this->clock->now() + $waitMs / 1000.0;
-        while (true) {
+        return $this->waitFor($slot, $waitMs, function () use ($slot, $kind, $permits, $ttlMs): ?array {
             $now = $this->clock->now();
             $this->expire($slot, $now);
-            if ($this->isFreeFor($slot, $kind, $permits)) {
-                $token = bin2hex(random_bytes(16));
-                $fence = ($this->fences[$slot] ?? 0) + 1;
-                $this->fences[$slot] = $fence;
-                $ttl = $ttlMs / 1000.0;
-                $this->leases[$slot][$token] = [
-                    'kind' => $kind, 'fence' => $fence, 'deadline' => $now + $ttl, 'ttl' => $ttl, 'renewedFrom' => null,
-                ];
-                return ['token' => $token, 'fence' => $fence, 'deadline' => $now + $ttl];
-            }
-            if ($now >= $giveUpAt) {
+            if (!$this->isFreeFor($slot, $kind, $permits)) {
                 return null;
             }
-            // Nothing else runs while this PHP code waits, so the key can only free when a lease expires: sleep
-            // until the first one does (or the wait ends), then look again.
+            $token = bin2hex(random_bytes(16));
+            $fence = ($this->fences[$slot] ?? 0) + 1;
+            $this->fences[$slot] = $fence;
+            $ttl = $ttlMs / 1000.0;
+            $this->leases[$slot][$token] = [
+                'kind' => $kind, 'fence' => $fence, 'deadline' => $now + $ttl, 'ttl' => $ttl, 'renewedFrom' => null,
+            ];
+            return ['token' => $token, 'fence' => $fence, 'deadline' => $now + $ttl];
+        });
+    }
+
+    /**
+     * The double's one wait loop (acquire and promote): $attempt until it returns something other than null, or
+     * until $waitMs have passed on the clock (then null). Nothing else runs while this PHP code waits, so $slot can
+     * only free when a lease on it expires: between attempts it sleeps until the first one does (or the wait ends).
+     *
+     * @template T
+     * @param callable(): (T|null) $attempt
+     * @return T|null
+     */
+    public function waitFor(string $slot, int $waitMs, callable $attempt): mixed
+    {
+        $giveUpAt = $this->clock->now() + $waitMs / 1000.0;
+        while (true) {
+            $got = $attempt();
+            $now = $this->clock->now();
+            if ($got !== null || $now >= $giveUpAt) {
+                return $got;
+            }
             $sleepUntil = min($giveUpAt, $this->firstExpiry($slot) ?? $giveUpAt);
             $this->clock->sleep(max($sleepUntil - $now, 1e-6));
         }

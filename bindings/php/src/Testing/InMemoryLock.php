@@ -96,16 +96,9 @@ final class InMemoryLock implements LockInterface
                 Key::describe($this->key),
             ));
         }
-        $clock = $this->backend->clock();
-        $giveUpAt = $clock->now() + $waitMs / 1000.0;
-        while (true) {
-            $swapped = $this->swap(false);
-            if ($swapped || $clock->now() >= $giveUpAt) {
-                return $swapped;
-            }
-            // Only another reader's expiry can free the key while this PHP code waits: poll on the clock.
-            $clock->sleep(min(0.01, max($giveUpAt - $clock->now(), 1e-6)));
-        }
+        // The other readers' leases must end first: the backend's wait loop sleeps until one expires.
+        return $this->backend->waitFor($this->slot(), $waitMs, fn (): ?bool => $this->swap(false) ? true : null)
+            ?? false;
     }
 
     public function demote(): void
