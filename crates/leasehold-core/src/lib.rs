@@ -6,7 +6,6 @@
 //! ordered by a fence that strictly increases per key.
 
 mod backend;
-mod backoff;
 mod client;
 pub mod clock;
 pub mod config;
@@ -26,6 +25,7 @@ mod raw_lease;
 pub mod records;
 mod request;
 pub mod resolve;
+pub mod retry;
 pub mod secret;
 pub mod session_watch;
 pub mod stats;

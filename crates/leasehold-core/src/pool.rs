@@ -20,6 +20,7 @@
 //! and is given only what is left, so a checkout never outlasts the operation that asked for it.
 
 use crate::deadline::Deadline;
+use crate::retry::Retry;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -186,13 +187,13 @@ impl<M: ManageConnection> Pool<M> {
 
     /// An idle connection (most recently returned first), or a new one while fewer than `max_size`
     /// exist, waiting until `deadline` for one to come back. A connection that cannot be opened is
-    /// tried again (1 ms, doubling to 100 ms) while time is left, so a server restart shorter than
+    /// tried again ([`Retry::RECONNECT`]) while time is left, so a server restart shorter than
     /// that is ridden out; the last connect error is returned when it runs out, or at once when the
     /// manager calls it [permanent](ManageConnection::is_permanent). Each connect is
     /// given only what is left of the deadline.
     pub fn get(&self, deadline: Deadline) -> Result<PooledConnection<M>, PoolError<M::Error>> {
         let start = Instant::now();
-        let mut pause = Duration::from_millis(1);
+        let mut reconnect = Retry::RECONNECT.start(deadline);
         let mut last_error = None;
         let pid = crate::fork::pid();
         let mut state = self.0.lock();
@@ -220,8 +221,7 @@ impl<M: ManageConnection> Pool<M> {
                             return Err(PoolError::Connect(e));
                         }
                         last_error = Some(e);
-                        std::thread::sleep(pause.min(left));
-                        pause = (pause * 2).min(Duration::from_millis(100));
+                        reconnect.pause();
                     }
                 }
                 state = self.0.lock();

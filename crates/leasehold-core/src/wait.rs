@@ -14,7 +14,7 @@ use crate::raw_lease::RawLease;
 use crate::request::Request;
 use std::time::{Duration, Instant};
 
-pub use crate::backoff::Backoff;
+pub use crate::retry::{Backoff, Retry};
 
 /// A waiter wakes this long after the holder's reported expiry, so its next attempt finds the key
 /// already expired on the server rather than a hair before.
@@ -182,8 +182,8 @@ pub enum Woken<T = RawLease> {
     Quiet,
 }
 
-/// Sleeps between the attempts of a waiter that has no way to be woken: capped, jittered
-/// exponential backoff ([`Backoff::for_polling`]), never past the wake. A pause cut short by the
+/// Sleeps between the attempts of a waiter that has no way to be woken: the pauses of a [`Retry`]
+/// policy ([`Retry::POLL`] unless the backend names its own), never past the wake. A pause cut short by the
 /// wake (a slice) goes on in the next block, so slicing never makes a waiter poll faster.
 #[derive(Debug, Clone)]
 pub struct Pause {
@@ -194,16 +194,13 @@ pub struct Pause {
 
 impl Pause {
     pub fn new() -> Self {
-        Pause {
-            backoff: Backoff::for_polling(),
-            due: None,
-        }
+        Pause::paced(Retry::POLL)
     }
 
-    /// A pause with its own first delay and cap.
-    pub fn between(first: Duration, cap: Duration) -> Self {
+    /// A pause paced by `policy` (its count of tries does not apply: the wait's end bounds it).
+    pub fn paced(policy: Retry) -> Self {
         Pause {
-            backoff: Backoff::new(first, cap),
+            backoff: policy.backoff(),
             due: None,
         }
     }

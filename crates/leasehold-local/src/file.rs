@@ -7,13 +7,19 @@
 use crate::dir::{identity, Dir};
 use crate::io_error::io_error;
 use crate::record::{self, Decoded, Record, FILE_LEN};
-use leasehold_core::{Error, Result};
+use leasehold_core::retry::Retry;
+use leasehold_core::{Deadline, Error, Result};
 use std::fs::File;
 use std::io::ErrorKind;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
+
+/// The pace of a process waiting for a record file's `flock` once it has yielded a few times:
+/// critical sections last microseconds, so 16 µs doubling to 64 µs (a longer sleep would let the
+/// lock sit idle and make the waiters behind us wait for nothing).
+const FLOCK_BUSY: Retry = Retry::doubling(Duration::from_micros(16), Duration::from_micros(64));
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
@@ -151,7 +157,8 @@ pub(crate) fn flock_until(
     give_up: Instant,
     path: &Path,
 ) -> Result<()> {
-    let mut tries: u32 = 0;
+    let mut yields = 0;
+    let mut tries = FLOCK_BUSY.start(Deadline::at(give_up));
     loop {
         // SAFETY: a plain syscall on a descriptor we own.
         if unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) } == 0 {
@@ -164,22 +171,21 @@ pub(crate) fn flock_until(
             _ => return Err(io_error("cannot lock the record file", path, &err)),
         }
         if Instant::now() >= give_up {
-            return Err(Error::Unavailable(format!(
-                "the record file {} stayed locked for the whole I/O timeout (is a process that holds it stopped?)",
-                path.display()
-            )));
+            return Err(stayed_locked(path));
         }
-        tries = tries.saturating_add(1);
-        // Critical sections last microseconds: yield first, then retry every 16-64 µs (a longer
-        // sleep would let the lock sit idle and make the waiters behind us wait for nothing).
-        if tries < 4 {
+        // Critical sections last microseconds: yield first, then pause (FLOCK_BUSY).
+        if yields < 3 {
+            yields += 1;
             std::thread::yield_now();
-        } else {
-            let shift = (tries - 4).min(2);
-            std::thread::sleep(
-                Duration::from_micros(16u64 << shift)
-                    .min(give_up.saturating_duration_since(Instant::now())),
-            );
+        } else if !tries.pause() {
+            return Err(stayed_locked(path));
         }
     }
+}
+
+fn stayed_locked(path: &Path) -> Error {
+    Error::Unavailable(format!(
+        "the record file {} stayed locked for the whole I/O timeout (is a process that holds it stopped?)",
+        path.display()
+    ))
 }

@@ -20,7 +20,8 @@ use crate::record::Admit;
 use crate::size::Size;
 use crate::wake::Watch;
 use crate::{clock, full_error, stale_ns, want, LocalBackend};
-use leasehold_core::wait::{Backoff, Turn, Waiter, Wake, Woken};
+use leasehold_core::retry::{Backoff, Retry};
+use leasehold_core::wait::{Turn, Waiter, Wake, Woken};
 use leasehold_core::{Error, Key, LeaseKind, RawLease, Result, Token, Ttl};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -29,6 +30,10 @@ use std::time::{Duration, Instant};
 const HEARTBEAT: Duration = Duration::from_millis(50);
 /// How many waiters at the front of a queue block on a wake-up rather than look periodically.
 const WATCHERS: usize = 2;
+/// The pace of a waiter behind the watchers: it only has to notice that it moved up.
+const LOOK_LATER: Retry = Retry::steady(Duration::from_micros(1500));
+/// The pace of a watcher whose inotify watch could not be made: it looks as a watch would wake it.
+const POLL_SOON: Retry = Retry::steady(Duration::from_micros(300));
 
 /// A waiter in a key's queue, as core's wait loop drives it. It leaves the queue when it is
 /// dropped holding a ticket (the wait ended by an error).
@@ -78,8 +83,8 @@ impl<'a> QueueWaiter<'a> {
             last_beat: Instant::now(),
             position: None,
             file_id: (0, 0),
-            look_later: Backoff::new(Duration::from_micros(1500), Duration::from_micros(1500)),
-            poll_soon: Backoff::new(Duration::from_micros(300), Duration::from_micros(300)),
+            look_later: LOOK_LATER.backoff(),
+            poll_soon: POLL_SOON.backoff(),
         })
     }
 }

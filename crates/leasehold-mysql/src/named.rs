@@ -35,6 +35,7 @@ use crate::session::{call, int, with_session, Conn2, Failure, Pools, Session};
 use crate::sweep::{Every, SWEEP_AFTER_US};
 use crate::waiting::Attempts;
 use crate::Ask;
+use leasehold_core::retry::Retry;
 use leasehold_core::wait::{other_size, Turn, Waiter};
 use leasehold_core::{Deadline, Error, KeyInfo, LeaseKind, Permits, RawLease, Result, Token, Ttl};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -613,7 +614,8 @@ impl Named {
             "leasehold-mysql: ended session {holder}, whose lease on {name} had expired"
         );
         let sql = format!("SELECT GET_LOCK({}, 0)", quoted(name));
-        let until = Instant::now() + Duration::from_millis(500);
+        let mut settling =
+            Retry::SETTLING.start(settle_within(deadline).min(Deadline::after(TAKE_OVER_SETTLE)));
         loop {
             let answers = conn
                 .batch(&sql, deadline)
@@ -621,10 +623,9 @@ impl Named {
             if answers[0].int(0) == Some(1) {
                 return Ok(true);
             }
-            if Instant::now() >= until || deadline.remaining() < Duration::from_millis(20) {
+            if !settling.pause() {
                 return Ok(false);
             }
-            std::thread::sleep(Duration::from_millis(2));
         }
     }
 
@@ -685,6 +686,7 @@ fn wait_until_free(
     deadline: Deadline,
 ) -> Result<()> {
     let sql = format!("SELECT IS_USED_LOCK({})", quoted(name));
+    let mut settling = Retry::SETTLING.start(settle_within(deadline));
     loop {
         let answers = conn
             .batch(&sql, deadline)
@@ -692,11 +694,26 @@ fn wait_until_free(
         if answers[0].int(0) != Some(holder) {
             return Ok(());
         }
-        if deadline.remaining() < Duration::from_millis(20) {
+        if !settling.pause() {
             return Err(pools.unavailable("the server did not free the lock in time"));
         }
-        std::thread::sleep(Duration::from_millis(2));
     }
+}
+
+/// How long a take-over looks for the killed holder's lock to come free: a killed session's locks
+/// go with it within milliseconds; one that takes longer is left to the next attempt.
+const TAKE_OVER_SETTLE: Duration = Duration::from_millis(500);
+
+/// Until when a look at a lock the server is freeing may pause: the call's deadline less the time
+/// one more statement needs, so the last look's answer still comes within it.
+fn settle_within(deadline: Deadline) -> Deadline {
+    let last_look = Duration::from_millis(20);
+    Deadline::at(
+        deadline
+            .instant()
+            .checked_sub(last_look)
+            .unwrap_or_else(Instant::now),
+    )
 }
 
 /// The fence table's column that says the size a semaphore's slot was granted under (NULL on a

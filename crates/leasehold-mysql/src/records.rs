@@ -47,9 +47,15 @@ use crate::session::{call, with_session, Answers, Failure};
 use crate::{Mode, MysqlBackend};
 use leasehold_core::config::DEFAULT_MYSQL_TABLE;
 use leasehold_core::records::{Record, RecordStore, SweepThrottle};
+use leasehold_core::retry::Retry;
 use leasehold_core::{Deadline, Error, Key, Result};
 use mysql::Value;
 use std::time::Duration;
+
+/// A record write InnoDB rolled back for a concurrent writer of the key (it wrote nothing) is sent
+/// again every millisecond or so while the call's deadline lasts: the other writer's transaction is
+/// one statement long.
+const RECORD_CONTENTION: Retry = Retry::steady(Duration::from_millis(1));
 
 /// The records table when the URL names no table of its own.
 pub const RECORDS_TABLE: &str = "leasehold_records";
@@ -185,6 +191,7 @@ impl RecordStore for MysqlBackend {
         );
         let deadline = self.pools.call();
         let mut created = false;
+        let mut contention = RECORD_CONTENTION.start(deadline);
         let answers = loop {
             match self.records_batch(&sql, deadline)? {
                 Ok(answers) => break answers,
@@ -194,9 +201,7 @@ impl RecordStore for MysqlBackend {
                     created = true;
                 }
                 // InnoDB rolled back for a concurrent writer of the key: nothing was written.
-                Err(e) if e.is_contention() && !deadline.is_past() => {
-                    std::thread::sleep(deadline.cap(Duration::from_millis(1)));
-                }
+                Err(e) if e.is_contention() && contention.pause() => {}
                 Err(e) => return Err(self.pools.failed("writing a record", &e)),
             }
         };

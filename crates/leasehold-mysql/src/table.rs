@@ -24,6 +24,7 @@ use crate::session::{call, with_session, Answers, Failure, Pools};
 use crate::sweep::{Every, SWEEP_AFTER_US};
 use crate::waiting::Attempts;
 use crate::Ask;
+use leasehold_core::retry::Retry;
 use leasehold_core::wait::{held_elsewhere, other_size, Turn, Waiter};
 use leasehold_core::{
     Deadline, Error, Key, KeyInfo, LeaseKind, Permits, RawLease, Result, Token, Ttl,
@@ -580,7 +581,7 @@ impl Table {
 
     /// An acquiring `sql`. A batch that InnoDB rolled back to break a deadlock says nothing about
     /// who holds the key (the other party may have been a release or a sweep, and a refusal must
-    /// come from a holder), so it is sent again up to [`DEADLOCK_RETRIES`] times ([`Self::send`]).
+    /// come from a holder), so it is sent again ([`ACQUIRE_CONTENTION`], [`Self::send`]).
     /// `None` when InnoDB still gives up the row lock (a deadlock or lock wait timeout), which
     /// counts as held, not as a failure.
     fn attempt(
@@ -590,7 +591,7 @@ impl Table {
         sql: &str,
         what: &str,
     ) -> Result<Option<Answers>> {
-        match self.send(pools, deadline, sql, DEADLOCK_RETRIES)?.0 {
+        match self.send(pools, deadline, sql, ACQUIRE_CONTENTION)?.0 {
             Ok(answers) => Ok(Some(answers)),
             Err(e) if e.is_contention() => Ok(None),
             Err(e) => Err(pools.failed(what, &e)),
@@ -613,23 +614,23 @@ impl Table {
         sql: &str,
         what: &str,
     ) -> Result<(Answers, bool)> {
-        let (outcome, resent) = self.send(pools, deadline, sql, u32::MAX)?;
+        let (outcome, resent) = self.send(pools, deadline, sql, Retry::CONTENTION)?;
         outcome
             .map(|answers| (answers, resent))
             .map_err(|e| pools.failed(what, &e))
     }
 
-    /// `sql` on a pooled session ([`with_session`]), sent again, up to `retries` times while time
-    /// is left, when InnoDB rolled it back to break a deadlock (it changed nothing): its last
+    /// `sql` on a pooled session ([`with_session`]), sent again, paced by `contention`, when InnoDB rolled it back to break a deadlock (it changed nothing): its last
     /// outcome, and whether it was sent again on a new session after a session broke under it.
     fn send(
         &self,
         pools: &Pools,
         deadline: Deadline,
         sql: &str,
-        mut retries: u32,
+        contention: Retry,
     ) -> Result<(std::result::Result<Answers, Failure>, bool)> {
         let mut resent = false;
+        let mut contention = contention.start(deadline);
         loop {
             let mut tries = 0;
             let (_conn, outcome) = with_session(pools, deadline, |s| {
@@ -638,19 +639,16 @@ impl Table {
             })?;
             resent |= tries > 1;
             match outcome {
-                Err(e) if e.is_contention() && retries > 0 && !deadline.is_past() => {
-                    retries -= 1;
-                    // A few ms of jitter, so callers that deadlocked together do not meet again.
-                    std::thread::sleep(Duration::from_millis(fastrand::u64(1..=5)));
-                }
+                Err(e) if e.is_contention() && contention.pause() => {}
                 outcome => return Ok((outcome, resent)),
             }
         }
     }
 }
 
-/// How many times an acquiring batch that lost a deadlock is sent again before it counts as held.
-const DEADLOCK_RETRIES: u32 = 3;
+/// An acquiring batch that lost a deadlock is sent again at most 3 times before it counts as held
+/// (every other statement, [`Retry::CONTENTION`], while its deadline lasts).
+const ACQUIRE_CONTENTION: Retry = Retry::CONTENTION.at_most(3);
 
 fn from_micros(us: i64) -> Duration {
     Duration::from_micros(us.max(0) as u64)

@@ -3,12 +3,15 @@
 //! or the wait's end.
 
 use crate::session::Pools;
+use leasehold_core::retry::Retry;
 use leasehold_core::wait::{Pause, Turn, Waiter, Wake, Woken};
 use leasehold_core::{Deadline, Result};
 use std::time::{Duration, Instant};
 
-const FIRST_PAUSE: Duration = Duration::from_millis(5);
-const MAX_PAUSE: Duration = Duration::from_millis(100);
+/// A waiter's pace between attempts: MySQL has no wake-up a waiter could block on (a `GET_LOCK`
+/// with a timeout would hold a session per waiter and skip the fence and queue checks), so it polls,
+/// backing off from 5 ms to 100 ms.
+const POLL: Retry = Retry::doubling(Duration::from_millis(5), Duration::from_millis(100));
 
 /// A mode's attempt: told whether more attempts may follow (a waiting writer marks itself so new
 /// readers hold back) and the whole call's bound.
@@ -25,7 +28,7 @@ impl<F: FnMut(bool, Deadline) -> Result<Turn>> Attempts<F> {
         Attempts {
             bound: pools.acquire_until(end),
             attempt,
-            pause: Pause::between(FIRST_PAUSE, MAX_PAUSE),
+            pause: Pause::paced(POLL),
         }
     }
 }

@@ -16,6 +16,7 @@ use crate::scripts::{ACQUIRE_SCRIPT, ALL, EXTEND_SCRIPT, RELEASE_SCRIPT};
 use crate::wire::Wire;
 use leasehold_core::config::RedisServer;
 use leasehold_core::pool::{ManageConnection, Pool, PooledConnection};
+use leasehold_core::retry::Retry;
 use leasehold_core::{Deadline, Error, Result, Secrets, Token, Ttl};
 use redis::{
     from_redis_value, ConnectionLike, ErrorKind, FromRedisValue, RedisError, RedisResult, Script,
@@ -883,7 +884,7 @@ impl Node {
         // `wait_signal`).
         let pool_is_main = std::ptr::eq(pool, &self.pool);
         let mut retried = false;
-        let mut fresh_drops: u64 = 0;
+        let mut fresh_drops = Retry::DROPPED_AT_ONCE.start(deadline);
         if let Some(refusal) = self.screen.refusal() {
             return Err(Failure::from_error(refusal));
         }
@@ -935,13 +936,8 @@ impl Node {
                     // A fresh connection dropped at once: a server in the middle of a restart
                     // (the old process closing what it accepted). A few more tries, a moment
                     // apart, still within the deadline.
-                    if dropped && !reused && pool_is_main && fresh_drops < 3 {
-                        fresh_drops += 1;
-                        let pause = deadline.cap(Duration::from_millis(20 * fresh_drops));
-                        if !pause.is_zero() && deadline.remaining() > pause {
-                            std::thread::sleep(pause);
-                            continue;
-                        }
+                    if dropped && !reused && pool_is_main && fresh_drops.pause() {
+                        continue;
                     }
                     // rustls handshakes on a connection's first I/O, and a TLS-only server drops a
                     // plain-text client only once it sends: on a connection made for this call, a

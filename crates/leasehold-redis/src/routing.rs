@@ -4,12 +4,9 @@
 use crate::connection::ConnectSettings;
 use crate::node::Node;
 use leasehold_core::config::RedisServer;
+use leasehold_core::retry::Retry;
 use leasehold_core::{Deadline, Result, Secrets};
 use std::time::Duration;
-
-/// A pause before sending again to a node that is unreachable or not the master: failovers take
-/// hundreds of milliseconds, and hammering meanwhile would only load the survivors.
-const REROUTE_PAUSE: Duration = Duration::from_millis(50);
 
 /// The slot map or the Sentinels are asked again at most this often on failures (a `MOVED` always
 /// updates its slot at once).
@@ -40,15 +37,10 @@ impl NodeTemplate {
     }
 }
 
-/// Sleeps `REROUTE_PAUSE` (or what is left of the deadline); false once no time is left to try
-/// again.
+/// Pauses before sending again to a node that is unreachable or not the master
+/// ([`Retry::REROUTE`]); false once no time is left to try again.
 pub(crate) fn pause_before_retry(deadline: Deadline) -> bool {
-    let pause = deadline.cap(REROUTE_PAUSE);
-    if pause.is_zero() {
-        return false;
-    }
-    std::thread::sleep(pause);
-    !deadline.is_past()
+    Retry::REROUTE.start(deadline).pause()
 }
 
 pub(crate) fn join_addr(host: &str, port: u16) -> String {
