@@ -62,6 +62,7 @@
 
 mod doctor;
 pub mod gate;
+mod mode;
 mod named;
 mod names;
 mod records;
@@ -79,6 +80,7 @@ use leasehold_core::wait::{self, Turn, Waiter};
 use leasehold_core::{
     Config, Error, Key, KeyInfo, LeaseKind, LockBackend, RawLease, Request, Result, Token, Ttl,
 };
+use mode::LockMode;
 use named::Named;
 use session::{call, Pools};
 use std::fmt;
@@ -88,15 +90,10 @@ use table::Table;
 /// A MySQL/MariaDB lock backend in either mode. Thread-safe; share it through a
 /// [`leasehold_core::Client`].
 pub struct MysqlBackend {
-    mode: Mode,
+    mode: Box<dyn LockMode>,
     pools: Pools,
     prefix: String,
     describe: String,
-}
-
-enum Mode {
-    Named(Named),
-    Table(Table),
 }
 
 /// One acquire's key (as given and prefixed) and TTL.
@@ -145,16 +142,16 @@ impl MysqlBackend {
             "leasehold-mysql: connected to {} ({version})",
             config.describe()
         );
-        let mode = match my.mode {
+        let mode: Box<dyn LockMode> = match my.mode {
             MysqlLockMode::Table => {
                 let table = Table::new(&my.table);
                 table.ensure(&pools, deadline)?;
-                Mode::Table(table)
+                Box::new(table)
             }
             _ => {
                 let named = Named::new(&my.table);
                 named.ensure(&pools, deadline)?;
-                Mode::Named(named)
+                Box::new(named)
             }
         };
         Ok(MysqlBackend {
@@ -207,14 +204,11 @@ pub(crate) fn add_column(
 impl LockBackend for MysqlBackend {
     fn diagnose(&self) -> Result<leasehold_core::doctor::Diagnosis> {
         let facts = doctor::gather(&self.pools)?;
-        Ok(doctor::judge(&facts, matches!(self.mode, Mode::Named(_))))
+        Ok(doctor::judge(&facts, self.mode.session_held()))
     }
 
     fn name(&self) -> &'static str {
-        match self.mode {
-            Mode::Named(_) => "mysql-named",
-            Mode::Table(_) => "mysql-table",
-        }
+        self.mode.name()
     }
 
     /// The waiter's attempt, as the final one of a wait: bounded like any call, and a writer does
@@ -228,85 +222,43 @@ impl LockBackend for MysqlBackend {
     }
 
     fn waiter<'a>(&'a self, request: &'a Request, end: Instant) -> Result<Box<dyn Waiter + 'a>> {
-        let (ask, kind) = (self.ask(request.key(), request.ttl()), request.kind());
-        match &self.mode {
-            Mode::Named(n) => n.waiter(&self.pools, ask, kind, end),
-            Mode::Table(t) => Ok(t.waiter(&self.pools, ask, kind, end)),
-        }
+        let ask = self.ask(request.key(), request.ttl());
+        self.mode.waiter(&self.pools, ask, request.kind(), end)
     }
 
     fn release(&self, lease: &mut RawLease) -> Result<()> {
-        match &self.mode {
-            Mode::Named(n) => n.release(&self.pools, lease),
-            Mode::Table(t) => {
-                let prefixed = lease.key().prefixed(&self.prefix);
-                t.release(&self.pools, &prefixed, lease)
-            }
-        }
+        let prefixed = lease.key().prefixed(&self.prefix);
+        self.mode.release(&self.pools, &prefixed, lease)
     }
 
     fn extend(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
-        match &self.mode {
-            Mode::Named(n) => n.extend(&self.pools, lease, ttl),
-            Mode::Table(t) => {
-                let prefixed = lease.key().prefixed(&self.prefix);
-                t.extend(&self.pools, &prefixed, lease, ttl)
-            }
-        }
+        let prefixed = lease.key().prefixed(&self.prefix);
+        self.mode.extend(&self.pools, &prefixed, lease, ttl)
     }
 
-    /// Table mode only: a named lock has no shared holders to promote from, so named mode keeps
-    /// the default refusal.
     fn try_promote(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
-        match &self.mode {
-            Mode::Named(_) => Err(Error::invalid(
-                "the mysql-named backend cannot promote a shared lease (it has no shared locks): \
-                 use ?lock=table",
-            )),
-            Mode::Table(t) => {
-                let prefixed = lease.key().prefixed(&self.prefix);
-                t.try_promote(&self.pools, &prefixed, lease, ttl)
-            }
-        }
+        let prefixed = lease.key().prefixed(&self.prefix);
+        self.mode.try_promote(&self.pools, &prefixed, lease, ttl)
     }
 
     fn demote(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
-        match &self.mode {
-            Mode::Named(_) => Err(Error::invalid(
-                "the mysql-named backend cannot demote an exclusive lease (it has no shared \
-                 locks): use ?lock=table",
-            )),
-            Mode::Table(t) => {
-                let prefixed = lease.key().prefixed(&self.prefix);
-                t.demote(&self.pools, &prefixed, lease, ttl)
-            }
-        }
+        let prefixed = lease.key().prefixed(&self.prefix);
+        self.mode.demote(&self.pools, &prefixed, lease, ttl)
     }
 
     fn inspect(&self, key: &Key, kind: LeaseKind) -> Result<KeyInfo> {
-        let prefixed = key.prefixed(&self.prefix);
-        match &self.mode {
-            Mode::Named(n) => n.inspect(&self.pools, &prefixed, kind),
-            Mode::Table(t) => t.inspect(&self.pools, &prefixed, kind),
-        }
+        self.mode
+            .inspect(&self.pools, &key.prefixed(&self.prefix), kind)
     }
 
     fn restore(&self, key: &Key, token: Token) -> Result<RawLease> {
-        match &self.mode {
-            Mode::Named(_) => Err(Error::invalid(
-                "MySQL named locks belong to the session that took them, so another process \
-                 cannot restore one: use ?lock=table (the lease then lives in a row)",
-            )),
-            Mode::Table(t) => t.restore(&self.pools, &key.prefixed(&self.prefix), key, token),
-        }
+        self.mode
+            .restore(&self.pools, &key.prefixed(&self.prefix), key, token)
     }
 
     fn force_release(&self, key: &Key) -> Result<bool> {
-        let prefixed = key.prefixed(&self.prefix);
-        match &self.mode {
-            Mode::Named(n) => n.force_release(&self.pools, &prefixed),
-            Mode::Table(t) => t.force_release(&self.pools, &prefixed),
-        }
+        self.mode
+            .force_release(&self.pools, &key.prefixed(&self.prefix))
     }
 
     /// Rows of a records table, in both modes (see `records.rs`).

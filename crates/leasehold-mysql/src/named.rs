@@ -30,6 +30,7 @@
 //! [`Named::grant_permit`]; the first statement of every attempt looks too, so an acquire of
 //! another size is refused even when no slot is free for it).
 
+use crate::mode::LockMode;
 use crate::names::{lock_name, micros, quoted, semaphore_name, slot_name, table_ident, NOW_US};
 use crate::session::{call, int, with_session, Conn2, Failure, Pools, Session};
 use crate::sweep::{Every, SWEEP_AFTER_US};
@@ -37,7 +38,9 @@ use crate::waiting::Attempts;
 use crate::Ask;
 use leasehold_core::retry::Retry;
 use leasehold_core::wait::{other_size, Turn, Waiter};
-use leasehold_core::{Deadline, Error, KeyInfo, LeaseKind, Permits, RawLease, Result, Token, Ttl};
+use leasehold_core::{
+    Deadline, Error, Key, KeyInfo, LeaseKind, Permits, RawLease, Result, Token, Ttl,
+};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -87,37 +90,6 @@ impl Named {
             &format!("creating the table {}", self.fences),
         )?;
         crate::add_column(pools, deadline, &self.fences, SIZE_COLUMN, SIZE_DEFINITION)
-    }
-
-    /// A waiting acquire's attempts (also the single attempt of a try).
-    pub fn waiter<'a>(
-        &'a self,
-        pools: &'a Pools,
-        ask: Ask<'a>,
-        kind: LeaseKind,
-        end: Instant,
-    ) -> Result<Box<dyn Waiter + 'a>> {
-        match kind {
-            LeaseKind::Shared => Err(Error::invalid(
-                "MySQL named locks (GET_LOCK) are exclusive only: use ?lock=table for shared locks",
-            )),
-            LeaseKind::Exclusive => {
-                let name = lock_name(&ask.prefixed);
-                Ok(Box::new(Attempts::new(pools, end, move |_, deadline| {
-                    self.try_lock(pools, &ask, &name, deadline)
-                })))
-            }
-            LeaseKind::Permit(n) => {
-                let semaphore = semaphore_name(&ask.prefixed);
-                Ok(Box::new(Attempts::new(pools, end, move |_, deadline| {
-                    self.try_permit(pools, &ask, &semaphore, n, deadline)
-                })))
-            }
-            other => Err(Error::invalid(format!(
-                "MySQL named locks do not offer {} leases",
-                other.name()
-            ))),
-        }
     }
 
     fn try_permit(
@@ -400,171 +372,6 @@ impl Named {
         ))
     }
 
-    /// One round trip of two statements: the row cleared (whether the lease was still live read
-    /// from the update's OK packet), then the lock released and the session's idle limit put back.
-    pub fn release(&self, pools: &Pools, lease: &mut RawLease) -> Result<()> {
-        let deadline = pools.call();
-        lease.expire();
-        let Some(mut held) = lease.take_state::<Held>() else {
-            return Err(Error::Lost(
-                "the session that held this named lock is gone".into(),
-            ));
-        };
-        // The lease is over for its holder whatever the release finds.
-        held.conn.unwatch();
-        let n = quoted(&held.name);
-        let f = &self.fences;
-        // The row first (it names this session as the holder), then the lock: an acquirer that
-        // ends expired holders does so under the row's lock, so it either sees the row cleared
-        // or ends this session before the lock is released and the session goes back to the pool,
-        // never a session that has moved on to another lease. The row is cleared whether or not
-        // the lease is still live (a row left naming this session would be such a stale look);
-        // whether it was comes back in the OK packet (`LAST_INSERT_ID(expr)`: 1 live, 0 expired),
-        // and the expiry becomes `LEAST(expires_us, now)`, so the sweep counts from here.
-        //
-        // The lock is released in the statement that puts the idle limit back, its result not
-        // read (one statement fewer): when the update matched, the row named this live session,
-        // which took the lock and lets go of it only here, so the lock was this session's. When
-        // it did not match, the session is closed, which frees whatever it held.
-        let sql = format!(
-            "UPDATE {f} SET \
-               expires_us = IF(LAST_INSERT_ID(expires_us > {NOW_US}), {NOW_US}, expires_us), \
-               holder = 0 WHERE name = {n} AND holder = CONNECTION_ID(); \
-             SET SESSION wait_timeout = DEFAULT, @leasehold_released = RELEASE_LOCK({n})"
-        );
-        let outcome = held.conn.batch(&sql, deadline);
-        match outcome {
-            Ok(answers) if answers[0].affected == 1 => {
-                self.sweep(&mut held.conn, deadline);
-                if answers[0].insert_id == 1 {
-                    Ok(())
-                } else {
-                    Err(Error::Lost(
-                        "the lease had expired before its release (the lock is freed now)".into(),
-                    ))
-                }
-            }
-            Ok(_) => {
-                held.conn.broken = true;
-                Err(Error::Lost(
-                    "the lease's row no longer named this session (its lock is freed now)".into(),
-                ))
-            }
-            Err(Failure::Timeout) => Err(pools.failed("releasing", &Failure::Timeout)),
-            Err(e) => Err(pools.lost(format!("the session holding the lock ended: {e}"))),
-        }
-    }
-
-    pub fn extend(&self, pools: &Pools, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
-        let deadline = pools.call();
-        let Some(held) = lease.state_mut::<Held>() else {
-            lease.expire();
-            return Err(Error::Lost(
-                "the session that held this named lock is gone".into(),
-            ));
-        };
-        let n = quoted(&held.name);
-        let us = micros(ttl.as_duration());
-        let sql = format!(
-            "UPDATE {f} SET expires_us = {NOW_US} + {us} WHERE name = {n} \
-               AND holder = CONNECTION_ID() AND expires_us > {NOW_US} \
-               AND IS_USED_LOCK({n}) = CONNECTION_ID(); \
-             SET SESSION wait_timeout = {wt}",
-            f = self.fences,
-            wt = wait_timeout(ttl)
-        );
-        let sent = Instant::now();
-        let outcome = held.conn.batch(&sql, deadline);
-        match outcome {
-            Ok(answers) if answers[0].affected == 1 => {
-                lease.renewed(ttl, sent);
-                Ok(())
-            }
-            Ok(_) => {
-                // Expired: closing the session frees the lock for whoever comes next.
-                if let Some(mut held) = lease.take_state::<Held>() {
-                    held.conn.broken = true;
-                }
-                lease.expire();
-                Err(Error::Lost(
-                    "the lease had expired or its lock was taken over before the extend".into(),
-                ))
-            }
-            Err(e) => {
-                // The session is closed with the failure, and the lock with it: the lease is over.
-                lease.take_state::<Held>();
-                lease.expire();
-                match e {
-                    Failure::Timeout => Err(pools.failed("extending", &e)),
-                    e => Err(pools.lost(format!("the session holding the lock ended: {e}"))),
-                }
-            }
-        }
-    }
-
-    pub fn inspect(&self, pools: &Pools, prefixed: &[u8], kind: LeaseKind) -> Result<KeyInfo> {
-        let deadline = pools.call();
-        let f = &self.fences;
-        if let LeaseKind::Permit(_) = kind {
-            let s = semaphore_name(prefixed);
-            let sql = format!(
-                "SELECT COUNT(*), MAX(expires_us) - {NOW_US}, \
-                   (SELECT fence FROM {f} WHERE name = {sq}) FROM {f} \
-                 WHERE name LIKE '{s}:%' AND IS_USED_LOCK(name) IS NOT NULL",
-                sq = quoted(&s)
-            );
-            let row = &call(pools, deadline, &sql, "inspecting")?[0];
-            let holders = row.int(0).unwrap_or(0);
-            return Ok(KeyInfo::new(
-                holders > 0,
-                row.int(1)
-                    .filter(|_| holders > 0)
-                    .map(|us| Duration::from_micros(us.max(0) as u64)),
-                row.int(2).map(|f| f as u64).filter(|f| *f > 0),
-            )
-            .with_holders(holders as u32, false));
-        }
-        let n = quoted(&lock_name(prefixed));
-        let sql = format!(
-            "SELECT IS_USED_LOCK({n}) IS NOT NULL, \
-               (SELECT expires_us - {NOW_US} FROM {f} WHERE name = {n} AND holder = IS_USED_LOCK({n})), \
-               (SELECT fence FROM {f} WHERE name = {n})"
-        );
-        let row = &call(pools, deadline, &sql, "inspecting")?[0];
-        let held = row.int(0) == Some(1);
-        let info = KeyInfo::new(
-            held,
-            row.int(1)
-                .filter(|_| held)
-                .map(|us| Duration::from_micros(us.max(0) as u64)),
-            row.int(2).map(|f| f as u64).filter(|f| *f > 0),
-        );
-        Ok(if held {
-            info.with_holders(1, false)
-        } else {
-            info
-        })
-    }
-
-    /// Ends the session holding the key's lock (any holder, Leasehold's or not), and waits until
-    /// the server has freed the lock.
-    pub fn force_release(&self, pools: &Pools, prefixed: &[u8]) -> Result<bool> {
-        let deadline = pools.call();
-        let name = lock_name(prefixed);
-        let (mut conn, outcome) =
-            with_session(pools, deadline, |s| self.lock_row(s, &name, deadline))?;
-        let (_, _, Some(holder)) = outcome.map_err(|e| pools.failed("forcing a release", &e))?
-        else {
-            conn.batch("ROLLBACK", deadline)
-                .map_err(|e| pools.failed("forcing a release", &e))?;
-            return Ok(false);
-        };
-        self.kill(pools, &mut conn, holder, deadline)?;
-        wait_until_free(pools, &mut conn, &name, holder, deadline)?;
-        tracing::warn!("leasehold-mysql: forced the release of {name} (ended session {holder})");
-        Ok(true)
-    }
-
     /// Starts a transaction holding the fence row of `name` locked, and reads the row's holder,
     /// whether its lease has expired, and who holds the lock. While the row is locked, a
     /// Leasehold holder can neither extend nor release (both change the row first), so its
@@ -737,4 +544,237 @@ fn other_size_live(semaphore: &str, permits: Permits) -> String {
 /// session, and close enough that a silent holder does not keep the lock for long.
 fn wait_timeout(ttl: Ttl) -> u64 {
     ttl.as_millis().div_ceil(1000) + 1
+}
+
+/// Named locks (`GET_LOCK`): a lease lives in the session that took it, so it has no shared
+/// holders to move between and cannot be restored elsewhere.
+impl LockMode for Named {
+    fn name(&self) -> &'static str {
+        "mysql-named"
+    }
+
+    fn session_held(&self) -> bool {
+        true
+    }
+
+    fn own_table(&self) -> (&str, &'static str) {
+        (self.fence_table(), "_fences")
+    }
+
+    /// A waiting acquire's attempts (also the single attempt of a try).
+    fn waiter<'a>(
+        &'a self,
+        pools: &'a Pools,
+        ask: Ask<'a>,
+        kind: LeaseKind,
+        end: Instant,
+    ) -> Result<Box<dyn Waiter + 'a>> {
+        match kind {
+            LeaseKind::Shared => Err(Error::invalid(
+                "MySQL named locks (GET_LOCK) are exclusive only: use ?lock=table for shared locks",
+            )),
+            LeaseKind::Exclusive => {
+                let name = lock_name(&ask.prefixed);
+                Ok(Box::new(Attempts::new(pools, end, move |_, deadline| {
+                    self.try_lock(pools, &ask, &name, deadline)
+                })))
+            }
+            LeaseKind::Permit(n) => {
+                let semaphore = semaphore_name(&ask.prefixed);
+                Ok(Box::new(Attempts::new(pools, end, move |_, deadline| {
+                    self.try_permit(pools, &ask, &semaphore, n, deadline)
+                })))
+            }
+            other => Err(Error::invalid(format!(
+                "MySQL named locks do not offer {} leases",
+                other.name()
+            ))),
+        }
+    }
+
+    /// One round trip of two statements: the row cleared (whether the lease was still live read
+    /// from the update's OK packet), then the lock released and the session's idle limit put back.
+    fn release(&self, pools: &Pools, _: &[u8], lease: &mut RawLease) -> Result<()> {
+        let deadline = pools.call();
+        lease.expire();
+        let Some(mut held) = lease.take_state::<Held>() else {
+            return Err(Error::Lost(
+                "the session that held this named lock is gone".into(),
+            ));
+        };
+        // The lease is over for its holder whatever the release finds.
+        held.conn.unwatch();
+        let n = quoted(&held.name);
+        let f = &self.fences;
+        // The row first (it names this session as the holder), then the lock: an acquirer that
+        // ends expired holders does so under the row's lock, so it either sees the row cleared
+        // or ends this session before the lock is released and the session goes back to the pool,
+        // never a session that has moved on to another lease. The row is cleared whether or not
+        // the lease is still live (a row left naming this session would be such a stale look);
+        // whether it was comes back in the OK packet (`LAST_INSERT_ID(expr)`: 1 live, 0 expired),
+        // and the expiry becomes `LEAST(expires_us, now)`, so the sweep counts from here.
+        //
+        // The lock is released in the statement that puts the idle limit back, its result not
+        // read (one statement fewer): when the update matched, the row named this live session,
+        // which took the lock and lets go of it only here, so the lock was this session's. When
+        // it did not match, the session is closed, which frees whatever it held.
+        let sql = format!(
+            "UPDATE {f} SET \
+               expires_us = IF(LAST_INSERT_ID(expires_us > {NOW_US}), {NOW_US}, expires_us), \
+               holder = 0 WHERE name = {n} AND holder = CONNECTION_ID(); \
+             SET SESSION wait_timeout = DEFAULT, @leasehold_released = RELEASE_LOCK({n})"
+        );
+        let outcome = held.conn.batch(&sql, deadline);
+        match outcome {
+            Ok(answers) if answers[0].affected == 1 => {
+                self.sweep(&mut held.conn, deadline);
+                if answers[0].insert_id == 1 {
+                    Ok(())
+                } else {
+                    Err(Error::Lost(
+                        "the lease had expired before its release (the lock is freed now)".into(),
+                    ))
+                }
+            }
+            Ok(_) => {
+                held.conn.broken = true;
+                Err(Error::Lost(
+                    "the lease's row no longer named this session (its lock is freed now)".into(),
+                ))
+            }
+            Err(Failure::Timeout) => Err(pools.failed("releasing", &Failure::Timeout)),
+            Err(e) => Err(pools.lost(format!("the session holding the lock ended: {e}"))),
+        }
+    }
+
+    fn extend(&self, pools: &Pools, _: &[u8], lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        let deadline = pools.call();
+        let Some(held) = lease.state_mut::<Held>() else {
+            lease.expire();
+            return Err(Error::Lost(
+                "the session that held this named lock is gone".into(),
+            ));
+        };
+        let n = quoted(&held.name);
+        let us = micros(ttl.as_duration());
+        let sql = format!(
+            "UPDATE {f} SET expires_us = {NOW_US} + {us} WHERE name = {n} \
+               AND holder = CONNECTION_ID() AND expires_us > {NOW_US} \
+               AND IS_USED_LOCK({n}) = CONNECTION_ID(); \
+             SET SESSION wait_timeout = {wt}",
+            f = self.fences,
+            wt = wait_timeout(ttl)
+        );
+        let sent = Instant::now();
+        let outcome = held.conn.batch(&sql, deadline);
+        match outcome {
+            Ok(answers) if answers[0].affected == 1 => {
+                lease.renewed(ttl, sent);
+                Ok(())
+            }
+            Ok(_) => {
+                // Expired: closing the session frees the lock for whoever comes next.
+                if let Some(mut held) = lease.take_state::<Held>() {
+                    held.conn.broken = true;
+                }
+                lease.expire();
+                Err(Error::Lost(
+                    "the lease had expired or its lock was taken over before the extend".into(),
+                ))
+            }
+            Err(e) => {
+                // The session is closed with the failure, and the lock with it: the lease is over.
+                lease.take_state::<Held>();
+                lease.expire();
+                match e {
+                    Failure::Timeout => Err(pools.failed("extending", &e)),
+                    e => Err(pools.lost(format!("the session holding the lock ended: {e}"))),
+                }
+            }
+        }
+    }
+
+    fn try_promote(&self, _: &Pools, _: &[u8], _: &mut RawLease, _: Ttl) -> Result<()> {
+        Err(Error::invalid(
+            "the mysql-named backend cannot promote a shared lease (it has no shared locks): \
+             use ?lock=table",
+        ))
+    }
+
+    fn demote(&self, _: &Pools, _: &[u8], _: &mut RawLease, _: Ttl) -> Result<()> {
+        Err(Error::invalid(
+            "the mysql-named backend cannot demote an exclusive lease (it has no shared \
+             locks): use ?lock=table",
+        ))
+    }
+
+    fn inspect(&self, pools: &Pools, prefixed: &[u8], kind: LeaseKind) -> Result<KeyInfo> {
+        let deadline = pools.call();
+        let f = &self.fences;
+        if let LeaseKind::Permit(_) = kind {
+            let s = semaphore_name(prefixed);
+            let sql = format!(
+                "SELECT COUNT(*), MAX(expires_us) - {NOW_US}, \
+                   (SELECT fence FROM {f} WHERE name = {sq}) FROM {f} \
+                 WHERE name LIKE '{s}:%' AND IS_USED_LOCK(name) IS NOT NULL",
+                sq = quoted(&s)
+            );
+            let row = &call(pools, deadline, &sql, "inspecting")?[0];
+            let holders = row.int(0).unwrap_or(0);
+            return Ok(KeyInfo::new(
+                holders > 0,
+                row.int(1)
+                    .filter(|_| holders > 0)
+                    .map(|us| Duration::from_micros(us.max(0) as u64)),
+                row.int(2).map(|f| f as u64).filter(|f| *f > 0),
+            )
+            .with_holders(holders as u32, false));
+        }
+        let n = quoted(&lock_name(prefixed));
+        let sql = format!(
+            "SELECT IS_USED_LOCK({n}) IS NOT NULL, \
+               (SELECT expires_us - {NOW_US} FROM {f} WHERE name = {n} AND holder = IS_USED_LOCK({n})), \
+               (SELECT fence FROM {f} WHERE name = {n})"
+        );
+        let row = &call(pools, deadline, &sql, "inspecting")?[0];
+        let held = row.int(0) == Some(1);
+        let info = KeyInfo::new(
+            held,
+            row.int(1)
+                .filter(|_| held)
+                .map(|us| Duration::from_micros(us.max(0) as u64)),
+            row.int(2).map(|f| f as u64).filter(|f| *f > 0),
+        );
+        Ok(if held {
+            info.with_holders(1, false)
+        } else {
+            info
+        })
+    }
+
+    fn restore(&self, _: &Pools, _: &[u8], _: &Key, _: Token) -> Result<RawLease> {
+        Err(Error::invalid(
+            "MySQL named locks belong to the session that took them, so another process \
+             cannot restore one: use ?lock=table (the lease then lives in a row)",
+        ))
+    }
+
+    /// Ends the session holding the key's lock (any holder, Leasehold's or not), and waits until
+    /// the server has freed the lock.
+    fn force_release(&self, pools: &Pools, prefixed: &[u8]) -> Result<bool> {
+        let deadline = pools.call();
+        let name = lock_name(prefixed);
+        let (mut conn, outcome) =
+            with_session(pools, deadline, |s| self.lock_row(s, &name, deadline))?;
+        let (_, _, Some(holder)) = outcome.map_err(|e| pools.failed("forcing a release", &e))?
+        else {
+            conn.batch("ROLLBACK", deadline)
+                .map_err(|e| pools.failed("forcing a release", &e))?;
+            return Ok(false);
+        };
+        self.kill(pools, &mut conn, holder, deadline)?;
+        wait_until_free(pools, &mut conn, &name, holder, deadline)?;
+        tracing::warn!("leasehold-mysql: forced the release of {name} (ended session {holder})");
+        Ok(true)
+    }
 }

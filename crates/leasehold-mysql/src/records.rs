@@ -44,7 +44,7 @@
 
 use crate::names::{hex_literal, micros, row_key, NOW_US};
 use crate::session::{call, with_session, Answers, Failure};
-use crate::{Mode, MysqlBackend};
+use crate::MysqlBackend;
 use leasehold_core::config::DEFAULT_MYSQL_TABLE;
 use leasehold_core::records::{Record, RecordStore, SweepThrottle};
 use leasehold_core::retry::Retry;
@@ -83,10 +83,8 @@ fn records_ident(ident: &str, suffix: &str) -> String {
 impl MysqlBackend {
     /// The records table, quoted.
     fn records_table(&self) -> String {
-        match &self.mode {
-            Mode::Table(t) => records_ident(t.main_table(), ""),
-            Mode::Named(n) => records_ident(n.fence_table(), "_fences"),
-        }
+        let (table, suffix) = self.mode.own_table();
+        records_ident(table, suffix)
     }
 
     /// One batch on a pooled session by `deadline`, its failure as it came.

@@ -19,6 +19,7 @@
 //! `SIMULTANEOUS_ASSIGNMENT` all at once (every one sees the old row); this form gives the same
 //! outcome under both.
 
+use crate::mode::LockMode;
 use crate::names::{micros, row_key, semaphore_row_key, table_ident, token_literal, NOW_US};
 use crate::session::{call, with_session, Answers, Failure, Pools};
 use crate::sweep::{Every, SWEEP_AFTER_US};
@@ -245,60 +246,6 @@ impl Table {
         })
     }
 
-    pub fn release(&self, pools: &Pools, prefixed: &[u8], lease: &mut RawLease) -> Result<()> {
-        let deadline = pools.call();
-        let tok = token_literal(&lease.token());
-        let live = format!("token = {tok} AND expires_us > {NOW_US}");
-        let (sql, counted) = match lease.kind() {
-            LeaseKind::Exclusive => {
-                let k = row_key(prefixed);
-                (
-                    format!(
-                        "UPDATE {} SET expires_us = {NOW_US} WHERE k = {k} AND {live}",
-                        self.main
-                    ),
-                    0,
-                )
-            }
-            LeaseKind::Shared => {
-                let k = row_key(prefixed);
-                (
-                    format!(
-                        "START TRANSACTION; DELETE FROM {} WHERE k = {k} AND {live}; {}; COMMIT",
-                        self.shares,
-                        self.readers_expiry(&k)
-                    ),
-                    1,
-                )
-            }
-            _ => {
-                let k = semaphore_row_key(prefixed);
-                (
-                    format!(
-                        "START TRANSACTION; {}; DELETE FROM {} WHERE k = {k} AND {live}; COMMIT",
-                        self.lock_semaphore(&k),
-                        self.permits
-                    ),
-                    2,
-                )
-            }
-        };
-        let (answers, resent) = self.run_retried(pools, deadline, &sql, "releasing")?;
-        self.sweep(pools, deadline);
-        // Sent again after a session broke under it: nobody else can have taken the key while the
-        // lease was valid, so a row no longer live then was given back by the earlier try, whose
-        // reply was lost.
-        if answers[counted].affected == 1 || (resent && !lease.remaining().is_zero()) {
-            lease.expire();
-            Ok(())
-        } else {
-            lease.expire();
-            Err(Error::Lost(
-                "the lease had expired or was taken over before its release".into(),
-            ))
-        }
-    }
-
     /// Locks a semaphore's row, as every change to its permits does first, so they never deadlock
     /// one another (a promote and a demote lock a key's row the same way).
     fn lock_semaphore(&self, k: &str) -> String {
@@ -313,252 +260,6 @@ impl Table {
             main = self.main,
             shares = self.shares
         )
-    }
-
-    pub fn extend(
-        &self,
-        pools: &Pools,
-        prefixed: &[u8],
-        lease: &mut RawLease,
-        ttl: Ttl,
-    ) -> Result<()> {
-        let deadline = pools.call();
-        let tok = token_literal(&lease.token());
-        let us = micros(ttl.as_duration());
-        let set = format!(
-            "SET expires_us = {NOW_US} + {us} WHERE k = {{k}} AND token = {tok} AND expires_us > {NOW_US}"
-        );
-        let sql = match lease.kind() {
-            LeaseKind::Exclusive => {
-                let k = row_key(prefixed);
-                format!("UPDATE {} {}", self.main, set.replace("{k}", &k))
-            }
-            LeaseKind::Shared => {
-                let k = row_key(prefixed);
-                format!(
-                    "START TRANSACTION; UPDATE {} {}; {}; COMMIT",
-                    self.shares,
-                    set.replace("{k}", &k),
-                    self.readers_expiry(&k)
-                )
-            }
-            _ => {
-                let k = semaphore_row_key(prefixed);
-                format!(
-                    "START TRANSACTION; {}; UPDATE {} {}; COMMIT",
-                    self.lock_semaphore(&k),
-                    self.permits,
-                    set.replace("{k}", &k)
-                )
-            }
-        };
-        let counted = match lease.kind() {
-            LeaseKind::Exclusive => 0,
-            LeaseKind::Shared => 1,
-            _ => 2,
-        };
-        let sent = Instant::now();
-        // An error leaves the outcome unknown; what the lease may still rely on is core's to judge.
-        let answers = self.run(pools, deadline, &sql, "extending")?;
-        if answers[counted].affected == 1 {
-            lease.renewed(ttl, sent);
-            Ok(())
-        } else {
-            lease.expire();
-            Err(Error::Lost(
-                "the lease had expired or was taken over before the extend".into(),
-            ))
-        }
-    }
-
-    /// Shared → exclusive in one transaction: the key's row is locked first (as every acquire locks
-    /// it before it touches the readers' rows), so no reader joins or leaves between the count and
-    /// the grant. The own reader's row must be live and no other one; the row then names this
-    /// token, with a fence drawn as an exclusive grant draws it, and the readers' rows go (expired
-    /// ones too), so nothing shared is left to outlive the exclusive lease. A refused attempt
-    /// changes nothing. Sent again after a lost reply, it finds the row already ours.
-    pub fn try_promote(
-        &self,
-        pools: &Pools,
-        prefixed: &[u8],
-        lease: &mut RawLease,
-        ttl: Ttl,
-    ) -> Result<()> {
-        let deadline = pools.call();
-        let (k, tok) = (row_key(prefixed), token_literal(&lease.token()));
-        let us = micros(ttl.as_duration());
-        let (main, shares) = (&self.main, &self.shares);
-        let mine = format!(
-            "EXISTS (SELECT 1 FROM {shares} WHERE k = {k} AND token = {tok} \
-               AND expires_us > {NOW_US})"
-        );
-        let sql = format!(
-            "START TRANSACTION; \
-             {lock}; \
-             UPDATE {main} SET last_token = {tok}, token = {tok}, \
-               fence = GREATEST(fence + 1, {NOW_US}), expires_us = {NOW_US} + {us}, \
-               writer_until = 0 \
-               WHERE k = {k} AND token = {SHARED} AND {mine} \
-                 AND NOT EXISTS (SELECT 1 FROM {shares} WHERE k = {k} AND token <> {tok} \
-                   AND expires_us > {NOW_US}); \
-             DELETE FROM {shares} WHERE k = {k} AND (SELECT token FROM {main} WHERE k = {k}) = {tok}; \
-             SELECT token = {tok} AND expires_us > {NOW_US}, fence, {mine} FROM {main} WHERE k = {k}; \
-             COMMIT",
-            lock = self.lock_semaphore(&k),
-        );
-        let sent = Instant::now();
-        let answers = self.run(pools, deadline, &sql, "promoting")?;
-        let row = answers.nth_last(2);
-        match (row.int(0), row.int(1), row.int(2)) {
-            (Some(1), Some(fence), _) => {
-                lease.set_kind(LeaseKind::Exclusive);
-                lease.set_fence(fence as u64);
-                lease.renewed(ttl, sent);
-                Ok(())
-            }
-            (_, _, Some(1)) => Err(held_elsewhere(lease.key())),
-            _ => Err(Error::Lost(
-                "the shared lease had expired or was taken over before the promote".into(),
-            )),
-        }
-    }
-
-    /// Exclusive → shared in one transaction, with the key's row locked: the row turns shared and
-    /// this token's reader's row appears together, so no writer can get in between; the fence stays
-    /// (the reader's row takes the row's), and the row's expiry is the reader's, as a reader's
-    /// grant leaves it. Sent again after a lost reply, it finds the reader's row already there.
-    pub fn demote(
-        &self,
-        pools: &Pools,
-        prefixed: &[u8],
-        lease: &mut RawLease,
-        ttl: Ttl,
-    ) -> Result<()> {
-        let deadline = pools.call();
-        let (k, tok) = (row_key(prefixed), token_literal(&lease.token()));
-        let us = micros(ttl.as_duration());
-        let (main, shares) = (&self.main, &self.shares);
-        // `last_token` is still ours: no grant happens while the key is held exclusively.
-        let sql = format!(
-            "START TRANSACTION; \
-             {lock}; \
-             UPDATE {main} SET token = {SHARED}, expires_us = {NOW_US} + {us} \
-               WHERE k = {k} AND token = {tok} AND expires_us > {NOW_US}; \
-             INSERT INTO {shares} (k, token, fence, expires_us) \
-               SELECT k, {tok}, fence, expires_us FROM {main} \
-               WHERE k = {k} AND token = {SHARED} AND last_token = {tok} \
-                 AND NOT EXISTS (SELECT 1 FROM {shares} WHERE k = {k} AND token = {tok}); \
-             SELECT expires_us - {NOW_US} FROM {shares} \
-               WHERE k = {k} AND token = {tok} AND expires_us > {NOW_US}; \
-             COMMIT",
-            lock = self.lock_semaphore(&k),
-        );
-        let sent = Instant::now();
-        let answers = self.run(pools, deadline, &sql, "demoting")?;
-        if answers.nth_last(2).int(0).is_some() {
-            lease.set_kind(LeaseKind::Shared);
-            lease.renewed(ttl, sent);
-            Ok(())
-        } else {
-            Err(Error::Lost(
-                "the lease had expired or was taken over before the demote".into(),
-            ))
-        }
-    }
-
-    pub fn inspect(&self, pools: &Pools, prefixed: &[u8], kind: LeaseKind) -> Result<KeyInfo> {
-        let deadline = pools.call();
-        if let LeaseKind::Permit(_) = kind {
-            let k = semaphore_row_key(prefixed);
-            let sql = format!(
-                "SELECT COUNT(*), MAX(expires_us) - {NOW_US}, \
-                   (SELECT fence FROM {} WHERE k = {k}) \
-                 FROM {} WHERE k = {k} AND expires_us > {NOW_US}",
-                self.main, self.permits
-            );
-            let row = &self.run(pools, deadline, &sql, "inspecting")?[0];
-            let holders = row.int(0).unwrap_or(0);
-            return Ok(KeyInfo::new(
-                holders > 0,
-                row.int(1).filter(|_| holders > 0).map(from_micros),
-                row.int(2).map(|f| f as u64).filter(|f| *f > 0),
-            )
-            .with_holders(holders as u32, false));
-        }
-        let k = row_key(prefixed);
-        let sql = format!(
-            "SELECT expires_us - {NOW_US}, fence, token = {SHARED}, \
-               (SELECT COUNT(*) FROM {} WHERE k = {k} AND expires_us > {NOW_US}) \
-             FROM {} WHERE k = {k}",
-            self.shares, self.main
-        );
-        let row = &self.run(pools, deadline, &sql, "inspecting")?[0];
-        let left = row.int(0).unwrap_or(0);
-        if left <= 0 {
-            return Ok(KeyInfo::new(false, None, row.int(1).map(|f| f as u64)));
-        }
-        let shared = row.int(2) == Some(1);
-        let holders = if shared {
-            row.int(3).unwrap_or(0) as u32
-        } else {
-            1
-        };
-        Ok(
-            KeyInfo::new(true, Some(from_micros(left)), row.int(1).map(|f| f as u64))
-                .with_holders(holders, shared),
-        )
-    }
-
-    pub fn restore(
-        &self,
-        pools: &Pools,
-        prefixed: &[u8],
-        key: &Key,
-        token: Token,
-    ) -> Result<RawLease> {
-        let deadline = pools.call();
-        let (k, tok) = (row_key(prefixed), token_literal(&token));
-        let sql = format!(
-            "SELECT fence, expires_us - {NOW_US} FROM {} \
-               WHERE k = {k} AND token = {tok} AND expires_us > {NOW_US}; \
-             SELECT fence, expires_us - {NOW_US} FROM {} \
-               WHERE k = {k} AND token = {tok} AND expires_us > {NOW_US}",
-            self.main, self.shares
-        );
-        let sent = Instant::now();
-        let answers = self.run(pools, deadline, &sql, "restoring")?;
-        for (answer, kind) in answers
-            .iter()
-            .zip([LeaseKind::Exclusive, LeaseKind::Shared])
-        {
-            if let (Some(fence), Some(left)) = (answer.int(0), answer.int(1)) {
-                return Ok(RawLease::restored(
-                    key.clone(),
-                    token,
-                    fence as u64,
-                    from_micros(left),
-                    sent,
-                )
-                .with_kind(kind));
-            }
-        }
-        Err(Error::Lost(
-            "that token does not hold the key (released, expired or taken over)".into(),
-        ))
-    }
-
-    pub fn force_release(&self, pools: &Pools, prefixed: &[u8]) -> Result<bool> {
-        let deadline = pools.call();
-        let k = row_key(prefixed);
-        let sql = format!(
-            "START TRANSACTION; \
-             UPDATE {} SET expires_us = {NOW_US}, writer_until = 0 \
-               WHERE k = {k} AND expires_us > {NOW_US}; \
-             DELETE FROM {} WHERE k = {k}; COMMIT",
-            self.main, self.shares
-        );
-        let answers = self.run(pools, deadline, &sql, "forcing a release")?;
-        Ok(answers[1].affected > 0)
     }
 
     /// Deletes rows of leases that ended over a minute ago (at most 1000 per table), at most once a
@@ -652,4 +353,311 @@ const ACQUIRE_CONTENTION: Retry = Retry::CONTENTION.at_most(3);
 
 fn from_micros(us: i64) -> Duration {
     Duration::from_micros(us.max(0) as u64)
+}
+
+/// A table of leases: a lease lives in its row.
+impl LockMode for Table {
+    fn name(&self) -> &'static str {
+        "mysql-table"
+    }
+
+    fn session_held(&self) -> bool {
+        false
+    }
+
+    fn own_table(&self) -> (&str, &'static str) {
+        (self.main_table(), "")
+    }
+
+    fn waiter<'a>(
+        &'a self,
+        pools: &'a Pools,
+        ask: Ask<'a>,
+        kind: LeaseKind,
+        end: Instant,
+    ) -> Result<Box<dyn Waiter + 'a>> {
+        Ok(Table::waiter(self, pools, ask, kind, end))
+    }
+
+    fn release(&self, pools: &Pools, prefixed: &[u8], lease: &mut RawLease) -> Result<()> {
+        let deadline = pools.call();
+        let tok = token_literal(&lease.token());
+        let live = format!("token = {tok} AND expires_us > {NOW_US}");
+        let (sql, counted) = match lease.kind() {
+            LeaseKind::Exclusive => {
+                let k = row_key(prefixed);
+                (
+                    format!(
+                        "UPDATE {} SET expires_us = {NOW_US} WHERE k = {k} AND {live}",
+                        self.main
+                    ),
+                    0,
+                )
+            }
+            LeaseKind::Shared => {
+                let k = row_key(prefixed);
+                (
+                    format!(
+                        "START TRANSACTION; DELETE FROM {} WHERE k = {k} AND {live}; {}; COMMIT",
+                        self.shares,
+                        self.readers_expiry(&k)
+                    ),
+                    1,
+                )
+            }
+            _ => {
+                let k = semaphore_row_key(prefixed);
+                (
+                    format!(
+                        "START TRANSACTION; {}; DELETE FROM {} WHERE k = {k} AND {live}; COMMIT",
+                        self.lock_semaphore(&k),
+                        self.permits
+                    ),
+                    2,
+                )
+            }
+        };
+        let (answers, resent) = self.run_retried(pools, deadline, &sql, "releasing")?;
+        self.sweep(pools, deadline);
+        // Sent again after a session broke under it: nobody else can have taken the key while the
+        // lease was valid, so a row no longer live then was given back by the earlier try, whose
+        // reply was lost.
+        if answers[counted].affected == 1 || (resent && !lease.remaining().is_zero()) {
+            lease.expire();
+            Ok(())
+        } else {
+            lease.expire();
+            Err(Error::Lost(
+                "the lease had expired or was taken over before its release".into(),
+            ))
+        }
+    }
+
+    fn extend(&self, pools: &Pools, prefixed: &[u8], lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        let deadline = pools.call();
+        let tok = token_literal(&lease.token());
+        let us = micros(ttl.as_duration());
+        let set = format!(
+            "SET expires_us = {NOW_US} + {us} WHERE k = {{k}} AND token = {tok} AND expires_us > {NOW_US}"
+        );
+        let sql = match lease.kind() {
+            LeaseKind::Exclusive => {
+                let k = row_key(prefixed);
+                format!("UPDATE {} {}", self.main, set.replace("{k}", &k))
+            }
+            LeaseKind::Shared => {
+                let k = row_key(prefixed);
+                format!(
+                    "START TRANSACTION; UPDATE {} {}; {}; COMMIT",
+                    self.shares,
+                    set.replace("{k}", &k),
+                    self.readers_expiry(&k)
+                )
+            }
+            _ => {
+                let k = semaphore_row_key(prefixed);
+                format!(
+                    "START TRANSACTION; {}; UPDATE {} {}; COMMIT",
+                    self.lock_semaphore(&k),
+                    self.permits,
+                    set.replace("{k}", &k)
+                )
+            }
+        };
+        let counted = match lease.kind() {
+            LeaseKind::Exclusive => 0,
+            LeaseKind::Shared => 1,
+            _ => 2,
+        };
+        let sent = Instant::now();
+        // An error leaves the outcome unknown; what the lease may still rely on is core's to judge.
+        let answers = self.run(pools, deadline, &sql, "extending")?;
+        if answers[counted].affected == 1 {
+            lease.renewed(ttl, sent);
+            Ok(())
+        } else {
+            lease.expire();
+            Err(Error::Lost(
+                "the lease had expired or was taken over before the extend".into(),
+            ))
+        }
+    }
+
+    /// Shared → exclusive in one transaction: the key's row is locked first (as every acquire locks
+    /// it before it touches the readers' rows), so no reader joins or leaves between the count and
+    /// the grant. The own reader's row must be live and no other one; the row then names this
+    /// token, with a fence drawn as an exclusive grant draws it, and the readers' rows go (expired
+    /// ones too), so nothing shared is left to outlive the exclusive lease. A refused attempt
+    /// changes nothing. Sent again after a lost reply, it finds the row already ours.
+    fn try_promote(
+        &self,
+        pools: &Pools,
+        prefixed: &[u8],
+        lease: &mut RawLease,
+        ttl: Ttl,
+    ) -> Result<()> {
+        let deadline = pools.call();
+        let (k, tok) = (row_key(prefixed), token_literal(&lease.token()));
+        let us = micros(ttl.as_duration());
+        let (main, shares) = (&self.main, &self.shares);
+        let mine = format!(
+            "EXISTS (SELECT 1 FROM {shares} WHERE k = {k} AND token = {tok} \
+               AND expires_us > {NOW_US})"
+        );
+        let sql = format!(
+            "START TRANSACTION; \
+             {lock}; \
+             UPDATE {main} SET last_token = {tok}, token = {tok}, \
+               fence = GREATEST(fence + 1, {NOW_US}), expires_us = {NOW_US} + {us}, \
+               writer_until = 0 \
+               WHERE k = {k} AND token = {SHARED} AND {mine} \
+                 AND NOT EXISTS (SELECT 1 FROM {shares} WHERE k = {k} AND token <> {tok} \
+                   AND expires_us > {NOW_US}); \
+             DELETE FROM {shares} WHERE k = {k} AND (SELECT token FROM {main} WHERE k = {k}) = {tok}; \
+             SELECT token = {tok} AND expires_us > {NOW_US}, fence, {mine} FROM {main} WHERE k = {k}; \
+             COMMIT",
+            lock = self.lock_semaphore(&k),
+        );
+        let sent = Instant::now();
+        let answers = self.run(pools, deadline, &sql, "promoting")?;
+        let row = answers.nth_last(2);
+        match (row.int(0), row.int(1), row.int(2)) {
+            (Some(1), Some(fence), _) => {
+                lease.set_kind(LeaseKind::Exclusive);
+                lease.set_fence(fence as u64);
+                lease.renewed(ttl, sent);
+                Ok(())
+            }
+            (_, _, Some(1)) => Err(held_elsewhere(lease.key())),
+            _ => Err(Error::Lost(
+                "the shared lease had expired or was taken over before the promote".into(),
+            )),
+        }
+    }
+
+    /// Exclusive → shared in one transaction, with the key's row locked: the row turns shared and
+    /// this token's reader's row appears together, so no writer can get in between; the fence stays
+    /// (the reader's row takes the row's), and the row's expiry is the reader's, as a reader's
+    /// grant leaves it. Sent again after a lost reply, it finds the reader's row already there.
+    fn demote(&self, pools: &Pools, prefixed: &[u8], lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        let deadline = pools.call();
+        let (k, tok) = (row_key(prefixed), token_literal(&lease.token()));
+        let us = micros(ttl.as_duration());
+        let (main, shares) = (&self.main, &self.shares);
+        // `last_token` is still ours: no grant happens while the key is held exclusively.
+        let sql = format!(
+            "START TRANSACTION; \
+             {lock}; \
+             UPDATE {main} SET token = {SHARED}, expires_us = {NOW_US} + {us} \
+               WHERE k = {k} AND token = {tok} AND expires_us > {NOW_US}; \
+             INSERT INTO {shares} (k, token, fence, expires_us) \
+               SELECT k, {tok}, fence, expires_us FROM {main} \
+               WHERE k = {k} AND token = {SHARED} AND last_token = {tok} \
+                 AND NOT EXISTS (SELECT 1 FROM {shares} WHERE k = {k} AND token = {tok}); \
+             SELECT expires_us - {NOW_US} FROM {shares} \
+               WHERE k = {k} AND token = {tok} AND expires_us > {NOW_US}; \
+             COMMIT",
+            lock = self.lock_semaphore(&k),
+        );
+        let sent = Instant::now();
+        let answers = self.run(pools, deadline, &sql, "demoting")?;
+        if answers.nth_last(2).int(0).is_some() {
+            lease.set_kind(LeaseKind::Shared);
+            lease.renewed(ttl, sent);
+            Ok(())
+        } else {
+            Err(Error::Lost(
+                "the lease had expired or was taken over before the demote".into(),
+            ))
+        }
+    }
+
+    fn inspect(&self, pools: &Pools, prefixed: &[u8], kind: LeaseKind) -> Result<KeyInfo> {
+        let deadline = pools.call();
+        if let LeaseKind::Permit(_) = kind {
+            let k = semaphore_row_key(prefixed);
+            let sql = format!(
+                "SELECT COUNT(*), MAX(expires_us) - {NOW_US}, \
+                   (SELECT fence FROM {} WHERE k = {k}) \
+                 FROM {} WHERE k = {k} AND expires_us > {NOW_US}",
+                self.main, self.permits
+            );
+            let row = &self.run(pools, deadline, &sql, "inspecting")?[0];
+            let holders = row.int(0).unwrap_or(0);
+            return Ok(KeyInfo::new(
+                holders > 0,
+                row.int(1).filter(|_| holders > 0).map(from_micros),
+                row.int(2).map(|f| f as u64).filter(|f| *f > 0),
+            )
+            .with_holders(holders as u32, false));
+        }
+        let k = row_key(prefixed);
+        let sql = format!(
+            "SELECT expires_us - {NOW_US}, fence, token = {SHARED}, \
+               (SELECT COUNT(*) FROM {} WHERE k = {k} AND expires_us > {NOW_US}) \
+             FROM {} WHERE k = {k}",
+            self.shares, self.main
+        );
+        let row = &self.run(pools, deadline, &sql, "inspecting")?[0];
+        let left = row.int(0).unwrap_or(0);
+        if left <= 0 {
+            return Ok(KeyInfo::new(false, None, row.int(1).map(|f| f as u64)));
+        }
+        let shared = row.int(2) == Some(1);
+        let holders = if shared {
+            row.int(3).unwrap_or(0) as u32
+        } else {
+            1
+        };
+        Ok(
+            KeyInfo::new(true, Some(from_micros(left)), row.int(1).map(|f| f as u64))
+                .with_holders(holders, shared),
+        )
+    }
+
+    fn restore(&self, pools: &Pools, prefixed: &[u8], key: &Key, token: Token) -> Result<RawLease> {
+        let deadline = pools.call();
+        let (k, tok) = (row_key(prefixed), token_literal(&token));
+        let sql = format!(
+            "SELECT fence, expires_us - {NOW_US} FROM {} \
+               WHERE k = {k} AND token = {tok} AND expires_us > {NOW_US}; \
+             SELECT fence, expires_us - {NOW_US} FROM {} \
+               WHERE k = {k} AND token = {tok} AND expires_us > {NOW_US}",
+            self.main, self.shares
+        );
+        let sent = Instant::now();
+        let answers = self.run(pools, deadline, &sql, "restoring")?;
+        for (answer, kind) in answers
+            .iter()
+            .zip([LeaseKind::Exclusive, LeaseKind::Shared])
+        {
+            if let (Some(fence), Some(left)) = (answer.int(0), answer.int(1)) {
+                return Ok(RawLease::restored(
+                    key.clone(),
+                    token,
+                    fence as u64,
+                    from_micros(left),
+                    sent,
+                )
+                .with_kind(kind));
+            }
+        }
+        Err(Error::Lost(
+            "that token does not hold the key (released, expired or taken over)".into(),
+        ))
+    }
+
+    fn force_release(&self, pools: &Pools, prefixed: &[u8]) -> Result<bool> {
+        let deadline = pools.call();
+        let k = row_key(prefixed);
+        let sql = format!(
+            "START TRANSACTION; \
+             UPDATE {} SET expires_us = {NOW_US}, writer_until = 0 \
+               WHERE k = {k} AND expires_us > {NOW_US}; \
+             DELETE FROM {} WHERE k = {k}; COMMIT",
+            self.main, self.shares
+        );
+        let answers = self.run(pools, deadline, &sql, "forcing a release")?;
+        Ok(answers[1].affected > 0)
+    }
 }

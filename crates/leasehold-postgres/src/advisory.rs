@@ -13,6 +13,7 @@
 //! acquire is refused. The size lock goes with the slot (released together, or with the session).
 
 use crate::lock_id::{lock_id, semaphore_internal, semaphore_size_id, semaphore_slot_sql};
+use crate::mode::LockMode;
 use crate::session::{describe, keep_detached, last_value, number, Conn, Failure, Pools, Prepared};
 use crate::waiting::{bounded_wait, hold_place, join_queue, unlock_all, Line};
 use crate::{acquiring, call_rows, timed, with_session, Ask};
@@ -269,146 +270,6 @@ impl Advisory {
         })
     }
 
-    pub fn release(&self, pools: &Pools, lease: &mut RawLease) -> Result<()> {
-        let Some(mut held) = take_held(lease)? else {
-            return Err(gone("its session is gone"));
-        };
-        // The lease is over for its holder whatever the release finds.
-        held.conn.unwatch();
-        if held.dead {
-            return Err(gone("a call on its session timed out"));
-        }
-        let unlocked = match &held.permit {
-            None => {
-                let sql = &self.sql.unlock[usize::from(held.shared)];
-                let id = held.id;
-                held.conn
-                    .query(sql, &[&id], pools.call())
-                    .map(|rows| matches!(column::<bool>(&rows, 0), Ok(Some(true))))
-            }
-            Some(Slot { channel, size }) => {
-                // A semaphore's waiters learn of the free slot at once (delivered at commit). The
-                // size lock goes after the slot: a permit never holds a slot without saying its size.
-                let sql = format!(
-                    "{}, pg_advisory_unlock_shared({size}), pg_notify('{channel}', '')",
-                    unlock_sql("pg_advisory_unlock", &held.id.to_string())
-                );
-                held.conn
-                    .rows(&sql, pools.call())
-                    .map(|rows| last_value(&rows, 0) == Some("t"))
-            }
-        };
-        match unlocked {
-            Ok(true) => Ok(()),
-            Ok(false) => {
-                held.conn.poisoned = true;
-                Err(gone("its session no longer holds the lock"))
-            }
-            Err(e) if e.is_timeout() => Err(timed_out(pools, lease, held, "advisory unlock", &e)),
-            Err(e) if held.conn.is_gone(&e) => {
-                held.conn.poisoned = true;
-                Err(pools.redacted(gone(&format!("its session ended ({})", describe(&e)))))
-            }
-            Err(e) => {
-                // The unlock was rolled back: the session still holds the lock. It stays the lease's
-                // for a retry, but must never go back to the pool, where it would hold the key for
-                // nobody (with the timeout it had, or none).
-                held.conn.poisoned = true;
-                let err = pools.failed("advisory unlock", &e);
-                lease.state = Some(Box::new(held));
-                Err(err)
-            }
-        }
-    }
-
-    /// Lets go of the lease without releasing it: its session holds the lock, so it is kept open
-    /// until the TTL (the server ends it then too, at its idle timeout) and then closed, outside the
-    /// pool, so detached leases never use up `pool_size`.
-    pub fn detach(&self, lease: &mut RawLease, ttl: Ttl) {
-        let Ok(Some(held)) = take_held(lease) else {
-            // Nothing held, or a parent's session (take_held has parked it, untouched).
-            return;
-        };
-        if held.dead {
-            // A call on it timed out: the lease was lost already. Closing frees what it may hold.
-            return;
-        }
-        let Held {
-            mut conn, ttl_ends, ..
-        } = held;
-        conn.unwatch();
-        if let Some(session) = conn.detach() {
-            keep_detached(session, ttl_ends, ttl.drift());
-        }
-    }
-
-    pub fn extend(&self, pools: &Pools, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
-        let Some(mut held) = take_held(lease)? else {
-            return Err(gone("its session is gone"));
-        };
-        if held.dead {
-            lease.expire();
-            lease.state = Some(Box::new(held));
-            return Err(gone("a call on its session timed out"));
-        }
-        // A live session still holds its session locks: only it could have unlocked them. So moving
-        // its idle timeout is the whole of extend.
-        let ms = ttl.as_millis().to_string();
-        let sent = Instant::now();
-        match held.conn.query(&self.sql.extend, &[&ms], pools.call()) {
-            Ok(_) => {
-                lease.renewed(ttl, sent);
-                held.ttl_ends = ttl.deadline_from(sent);
-                lease.state = Some(Box::new(held));
-                lease.cap_at(pools.alive_until(sent));
-                Ok(())
-            }
-            Err(e) if e.is_timeout() => Err(timed_out(pools, lease, held, "extend", &e)),
-            Err(e) if held.conn.is_gone(&e) => {
-                held.conn.poisoned = true;
-                lease.expire();
-                Err(pools.redacted(gone(&format!("its session ended ({})", describe(&e)))))
-            }
-            Err(e) => {
-                let err = pools.failed("extend", &e);
-                lease.state = Some(Box::new(held));
-                Err(err)
-            }
-        }
-    }
-
-    /// One attempt to turn the lease's shared lock exclusive, on its own session, in one
-    /// statement: `pg_try_advisory_lock` of the same id (the session's own share does not conflict
-    /// with its own request, other sessions' shares and waiting requests do), and only once it is
-    /// granted the fence (drawn as an exclusive acquire draws it), the TTL, and the share let go.
-    /// The session holds one of the two locks at every moment, so nobody gets in between. A
-    /// writer waiting in the server's queue refuses it too: it waits for this share.
-    pub fn try_promote(&self, pools: &Pools, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
-        let (ms, fence) = (ttl.as_millis(), fence_expr(self.fence_seq));
-        self.swap(pools, lease, ttl, "promote", |id| {
-            format!(
-                "SELECT f, CASE WHEN f IS NOT NULL \
-                   THEN set_config('idle_session_timeout', '{ms}', false) END, \
-                   CASE WHEN f IS NOT NULL THEN pg_advisory_unlock_shared({id}) END \
-                 FROM (SELECT CASE WHEN pg_try_advisory_lock({id}) THEN {fence} END AS f OFFSET 0) s"
-            )
-        })
-    }
-
-    /// Turns the lease's exclusive lock shared on its own session, in one statement: the share
-    /// first (granted at once: only this session's exclusive lock holds the key, and the lock
-    /// manager lets a holder's request go before the waiters it blocks), then the exclusive lock
-    /// let go, so the key is never without a holder.
-    pub fn demote(&self, pools: &Pools, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
-        let ms = ttl.as_millis();
-        self.swap(pools, lease, ttl, "demote", |id| {
-            format!(
-                "SELECT pg_advisory_lock_shared({id}), \
-                   set_config('idle_session_timeout', '{ms}', false), pg_advisory_unlock({id})"
-            )
-        })
-    }
-
     /// A promote or demote on the lease's session: `sql` (given the lock id) answers one row whose
     /// first column is NULL when another holder is left and whose third says the old lock was let
     /// go. Every failure that may have left the session's locks unknown ends the lease, as a failed
@@ -526,40 +387,6 @@ impl Advisory {
         } else {
             info
         })
-    }
-
-    /// Ends the session(s) that hold the key (granted entries of `pg_locks`, shared ones too),
-    /// waiting up to the I/O timeout for each to exit, so the key is free when this returns.
-    pub fn force_release(&self, pools: &Pools, prefixed: &[u8]) -> Result<bool> {
-        let id = lock_id(prefixed);
-        let deadline = pools.call();
-        let wait_ms = pools.io_timeout.as_millis().clamp(1, i64::MAX as u128);
-        let sql = format!(
-            "SELECT count(*), bool_and(t) FROM (SELECT pg_terminate_backend(pid, {wait_ms}) AS t \
-             FROM pg_locks WHERE {} AND pid <> pg_backend_pid()) s",
-            advisory_match(id)
-        );
-        let (_conn, result) = with_session(pools, deadline, |s| s.rows(&sql, deadline))?;
-        let rows = match result {
-            Ok(rows) => rows,
-            Err(e) if e.code() == Some("42501") => {
-                return Err(pools.unavailable(format!(
-                    "PostgreSQL refused to end the session that holds the advisory lock: {} — \
-                     force_release in advisory mode needs the role pg_signal_backend \
-                     (GRANT pg_signal_backend TO <role>) or membership in the holder's role",
-                    describe(&e)
-                )))
-            }
-            Err(e) => return Err(pools.failed("force release", &e)),
-        };
-        let ended = number::<u32>(last_value(&rows, 0))?.unwrap_or(0);
-        if ended > 0 && rows.last().and_then(|r| r.get(1)) != Some("t") {
-            return Err(pools.unavailable(format!(
-                "the session holding the advisory lock did not exit within {wait_ms} ms of \
-                 pg_terminate_backend; the key is freed once it does"
-            )));
-        }
-        Ok(ended > 0)
     }
 
     /// One attempt at a permit: the first free slot in a rotating order, all in one round trip
@@ -1067,4 +894,227 @@ fn take_held(lease: &mut RawLease) -> Result<Option<Held>> {
         ));
     }
     Ok(Some(held))
+}
+
+/// Advisory locks: the lease lives in its session (waits in the server's lock queue; semaphores
+/// queue on an advisory lock and LISTEN at the head, `waiting.rs`).
+impl LockMode for Advisory {
+    fn name(&self) -> &'static str {
+        "postgres-advisory"
+    }
+
+    fn table(&self) -> Option<&str> {
+        None
+    }
+
+    fn try_acquire(&self, ask: &Ask, kind: LeaseKind) -> Result<RawLease> {
+        match kind {
+            LeaseKind::Exclusive => Advisory::try_acquire(self, ask, false),
+            LeaseKind::Shared => Advisory::try_acquire(self, ask, true),
+            LeaseKind::Permit(n) => self.try_acquire_permit(ask, n),
+            other => Err(leasehold_core::unsupported(LockMode::name(self), other)),
+        }
+    }
+
+    fn waiter<'a>(
+        &'a self,
+        ask: Ask<'a>,
+        kind: LeaseKind,
+        end: Instant,
+    ) -> Result<Box<dyn Waiter + 'a>> {
+        Ok(match kind {
+            LeaseKind::Exclusive => Box::new(LockWaiter::new(self, ask, false, end)),
+            LeaseKind::Shared => Box::new(LockWaiter::new(self, ask, true, end)),
+            LeaseKind::Permit(n) => Box::new(PermitWaiter::new(self, ask, n, end)),
+            other => return Err(leasehold_core::unsupported(LockMode::name(self), other)),
+        })
+    }
+
+    fn inspect(&self, pools: &Pools, prefixed: &[u8], kind: LeaseKind) -> Result<KeyInfo> {
+        match kind {
+            LeaseKind::Permit(n) => self.inspect_permits(pools, prefixed, n),
+            _ => Advisory::inspect(self, pools, prefixed),
+        }
+    }
+
+    fn restore(&self, _: &Pools, _: &[u8], _: &Key, _: Token) -> Result<RawLease> {
+        Err(Error::invalid(
+            "PostgreSQL advisory locks belong to the session that took them, so another process \
+             cannot restore one: use ?lock=table (the lease then lives in a row)",
+        ))
+    }
+
+    /// Ends the session(s) that hold the key (granted entries of `pg_locks`, shared ones too),
+    /// waiting up to the I/O timeout for each to exit, so the key is free when this returns.
+    fn force_release(&self, pools: &Pools, prefixed: &[u8]) -> Result<bool> {
+        let id = lock_id(prefixed);
+        let deadline = pools.call();
+        let wait_ms = pools.io_timeout.as_millis().clamp(1, i64::MAX as u128);
+        let sql = format!(
+            "SELECT count(*), bool_and(t) FROM (SELECT pg_terminate_backend(pid, {wait_ms}) AS t \
+             FROM pg_locks WHERE {} AND pid <> pg_backend_pid()) s",
+            advisory_match(id)
+        );
+        let (_conn, result) = with_session(pools, deadline, |s| s.rows(&sql, deadline))?;
+        let rows = match result {
+            Ok(rows) => rows,
+            Err(e) if e.code() == Some("42501") => {
+                return Err(pools.unavailable(format!(
+                    "PostgreSQL refused to end the session that holds the advisory lock: {} — \
+                     force_release in advisory mode needs the role pg_signal_backend \
+                     (GRANT pg_signal_backend TO <role>) or membership in the holder's role",
+                    describe(&e)
+                )))
+            }
+            Err(e) => return Err(pools.failed("force release", &e)),
+        };
+        let ended = number::<u32>(last_value(&rows, 0))?.unwrap_or(0);
+        if ended > 0 && rows.last().and_then(|r| r.get(1)) != Some("t") {
+            return Err(pools.unavailable(format!(
+                "the session holding the advisory lock did not exit within {wait_ms} ms of \
+                 pg_terminate_backend; the key is freed once it does"
+            )));
+        }
+        Ok(ended > 0)
+    }
+
+    fn release(&self, pools: &Pools, lease: &mut RawLease) -> Result<()> {
+        let Some(mut held) = take_held(lease)? else {
+            return Err(gone("its session is gone"));
+        };
+        // The lease is over for its holder whatever the release finds.
+        held.conn.unwatch();
+        if held.dead {
+            return Err(gone("a call on its session timed out"));
+        }
+        let unlocked = match &held.permit {
+            None => {
+                let sql = &self.sql.unlock[usize::from(held.shared)];
+                let id = held.id;
+                held.conn
+                    .query(sql, &[&id], pools.call())
+                    .map(|rows| matches!(column::<bool>(&rows, 0), Ok(Some(true))))
+            }
+            Some(Slot { channel, size }) => {
+                // A semaphore's waiters learn of the free slot at once (delivered at commit). The
+                // size lock goes after the slot: a permit never holds a slot without saying its size.
+                let sql = format!(
+                    "{}, pg_advisory_unlock_shared({size}), pg_notify('{channel}', '')",
+                    unlock_sql("pg_advisory_unlock", &held.id.to_string())
+                );
+                held.conn
+                    .rows(&sql, pools.call())
+                    .map(|rows| last_value(&rows, 0) == Some("t"))
+            }
+        };
+        match unlocked {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                held.conn.poisoned = true;
+                Err(gone("its session no longer holds the lock"))
+            }
+            Err(e) if e.is_timeout() => Err(timed_out(pools, lease, held, "advisory unlock", &e)),
+            Err(e) if held.conn.is_gone(&e) => {
+                held.conn.poisoned = true;
+                Err(pools.redacted(gone(&format!("its session ended ({})", describe(&e)))))
+            }
+            Err(e) => {
+                // The unlock was rolled back: the session still holds the lock. It stays the lease's
+                // for a retry, but must never go back to the pool, where it would hold the key for
+                // nobody (with the timeout it had, or none).
+                held.conn.poisoned = true;
+                let err = pools.failed("advisory unlock", &e);
+                lease.state = Some(Box::new(held));
+                Err(err)
+            }
+        }
+    }
+
+    fn extend(&self, pools: &Pools, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        let Some(mut held) = take_held(lease)? else {
+            return Err(gone("its session is gone"));
+        };
+        if held.dead {
+            lease.expire();
+            lease.state = Some(Box::new(held));
+            return Err(gone("a call on its session timed out"));
+        }
+        // A live session still holds its session locks: only it could have unlocked them. So moving
+        // its idle timeout is the whole of extend.
+        let ms = ttl.as_millis().to_string();
+        let sent = Instant::now();
+        match held.conn.query(&self.sql.extend, &[&ms], pools.call()) {
+            Ok(_) => {
+                lease.renewed(ttl, sent);
+                held.ttl_ends = ttl.deadline_from(sent);
+                lease.state = Some(Box::new(held));
+                lease.cap_at(pools.alive_until(sent));
+                Ok(())
+            }
+            Err(e) if e.is_timeout() => Err(timed_out(pools, lease, held, "extend", &e)),
+            Err(e) if held.conn.is_gone(&e) => {
+                held.conn.poisoned = true;
+                lease.expire();
+                Err(pools.redacted(gone(&format!("its session ended ({})", describe(&e)))))
+            }
+            Err(e) => {
+                let err = pools.failed("extend", &e);
+                lease.state = Some(Box::new(held));
+                Err(err)
+            }
+        }
+    }
+
+    /// One attempt to turn the lease's shared lock exclusive, on its own session, in one
+    /// statement: `pg_try_advisory_lock` of the same id (the session's own share does not conflict
+    /// with its own request, other sessions' shares and waiting requests do), and only once it is
+    /// granted the fence (drawn as an exclusive acquire draws it), the TTL, and the share let go.
+    /// The session holds one of the two locks at every moment, so nobody gets in between. A
+    /// writer waiting in the server's queue refuses it too: it waits for this share.
+    fn try_promote(&self, pools: &Pools, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        let (ms, fence) = (ttl.as_millis(), fence_expr(self.fence_seq));
+        self.swap(pools, lease, ttl, "promote", |id| {
+            format!(
+                "SELECT f, CASE WHEN f IS NOT NULL \
+                   THEN set_config('idle_session_timeout', '{ms}', false) END, \
+                   CASE WHEN f IS NOT NULL THEN pg_advisory_unlock_shared({id}) END \
+                 FROM (SELECT CASE WHEN pg_try_advisory_lock({id}) THEN {fence} END AS f OFFSET 0) s"
+            )
+        })
+    }
+
+    /// Turns the lease's exclusive lock shared on its own session, in one statement: the share
+    /// first (granted at once: only this session's exclusive lock holds the key, and the lock
+    /// manager lets a holder's request go before the waiters it blocks), then the exclusive lock
+    /// let go, so the key is never without a holder.
+    fn demote(&self, pools: &Pools, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        let ms = ttl.as_millis();
+        self.swap(pools, lease, ttl, "demote", |id| {
+            format!(
+                "SELECT pg_advisory_lock_shared({id}), \
+                   set_config('idle_session_timeout', '{ms}', false), pg_advisory_unlock({id})"
+            )
+        })
+    }
+
+    /// Lets go of the lease without releasing it: its session holds the lock, so it is kept open
+    /// until the TTL (the server ends it then too, at its idle timeout) and then closed, outside the
+    /// pool, so detached leases never use up `pool_size`.
+    fn detach(&self, lease: &mut RawLease, ttl: Ttl) {
+        let Ok(Some(held)) = take_held(lease) else {
+            // Nothing held, or a parent's session (take_held has parked it, untouched).
+            return;
+        };
+        if held.dead {
+            // A call on it timed out: the lease was lost already. Closing frees what it may hold.
+            return;
+        }
+        let Held {
+            mut conn, ttl_ends, ..
+        } = held;
+        conn.unwatch();
+        if let Some(session) = conn.detach() {
+            keep_detached(session, ttl_ends, ttl.drift());
+        }
+    }
 }

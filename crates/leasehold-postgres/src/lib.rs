@@ -194,6 +194,7 @@ mod ask;
 mod doctor;
 pub mod gate;
 mod lock_id;
+mod mode;
 mod pooler;
 mod records;
 mod session;
@@ -204,7 +205,7 @@ mod waiting;
 pub use gate::{FenceGate, GateError};
 pub use lock_id::{lock_id, semaphore_slot_id};
 
-use advisory::{Advisory, LockWaiter, PermitWaiter};
+use advisory::Advisory;
 use ask::Ask;
 use leasehold_core::config::{BackendConfig, PostgresLockMode, PostgresPooler};
 use leasehold_core::wait::{Polling, Waiter};
@@ -212,10 +213,11 @@ use leasehold_core::Deadline;
 use leasehold_core::{
     Config, Error, Key, KeyInfo, LeaseKind, LockBackend, RawLease, Request, Result, Token, Ttl,
 };
+use mode::LockMode;
 use session::{last_value, number, Conn, Failure, Pools, Session, SessionSettings};
 use std::fmt;
 use std::time::Instant;
-use table::{QueueWaiter, Table};
+use table::Table;
 use tokio_postgres::SimpleQueryRow;
 
 /// The sequence advisory mode draws fences from.
@@ -225,7 +227,7 @@ const MIN_SERVER_VERSION: u32 = 140_000;
 
 /// A PostgreSQL lock backend in either mode. Thread-safe; share it through a [`leasehold_core::Client`].
 pub struct PostgresBackend {
-    mode: Mode,
+    mode: Box<dyn LockMode>,
     pools: Pools,
     pooler: PostgresPooler,
     /// Whether the URL named the pooler (else connect detected it).
@@ -234,11 +236,6 @@ pub struct PostgresBackend {
     said: String,
     prefix: String,
     describe: String,
-}
-
-enum Mode {
-    Advisory(Advisory),
-    Table(Table),
 }
 
 impl fmt::Debug for PostgresBackend {
@@ -318,15 +315,15 @@ impl PostgresBackend {
                 .begin_session_settings(&mut conn, deadline)
                 .map_err(|e| pools.failed("connect", &e))?;
         }
-        let mode = match pg.mode {
+        let mode: Box<dyn LockMode> = match pg.mode {
             PostgresLockMode::Table => {
                 let mut table = Table::new(&pg.table, &config.prefix, config.io_timeout);
                 table
                     .ensure(&mut conn, deadline)
                     .map_err(|e| pools.failed(&format!("creating table {}", pg.table), &e))?;
-                Mode::Table(table)
+                Box::new(table)
             }
-            _ => Mode::Advisory(Advisory::new(fence_sequence(&mut conn, deadline).map_err(
+            _ => Box::new(Advisory::new(fence_sequence(&mut conn, deadline).map_err(
                 |e| {
                     pools.unavailable(format!(
                         "cannot find or create the sequence {FENCE_SEQUENCE} (create it once with \
@@ -376,10 +373,7 @@ impl PostgresBackend {
 
 impl LockBackend for PostgresBackend {
     fn diagnose(&self) -> Result<leasehold_core::doctor::Diagnosis> {
-        let table = match &self.mode {
-            Mode::Table(t) => Some(t.name()),
-            Mode::Advisory(_) => None,
-        };
+        let table = self.mode.table();
         let facts = doctor::gather(&self.pools, table)?;
         let pooler = doctor::Pooler {
             mode: self.pooler,
@@ -389,10 +383,7 @@ impl LockBackend for PostgresBackend {
     }
 
     fn name(&self) -> &'static str {
-        match self.mode {
-            Mode::Advisory(_) => "postgres-advisory",
-            Mode::Table(_) => "postgres-table",
-        }
+        self.mode.name()
     }
 
     fn try_acquire(&self, request: &Request) -> Result<RawLease> {
@@ -400,114 +391,61 @@ impl LockBackend for PostgresBackend {
         if kind == LeaseKind::Shared {
             self.shared_allowed()?;
         }
-        let ask = self.ask(request.key(), request.ttl());
-        match (&self.mode, kind) {
-            (Mode::Advisory(a), LeaseKind::Exclusive) => a.try_acquire(&ask, false),
-            (Mode::Advisory(a), LeaseKind::Shared) => a.try_acquire(&ask, true),
-            (Mode::Advisory(a), LeaseKind::Permit(n)) => a.try_acquire_permit(&ask, n),
-            (Mode::Table(t), LeaseKind::Exclusive) => t.try_acquire(&ask),
-            (Mode::Table(t), LeaseKind::Shared) => t.try_acquire_shared(&ask),
-            (Mode::Table(t), LeaseKind::Permit(n)) => t.try_acquire_permit(&ask, n),
-            (_, other) => Err(leasehold_core::unsupported(self.name(), other)),
-        }
+        self.mode
+            .try_acquire(&self.ask(request.key(), request.ttl()), kind)
     }
 
-    /// Each mode's way to wait, driven by core's one wait loop: advisory locks wait in the
-    /// server's lock queue inside an attempt; table mode and advisory semaphores queue on an
-    /// advisory lock and LISTEN at the queue's head (`waiting.rs`).
+    /// Each mode's way to wait, driven by core's one wait loop (see [`LockMode::waiter`]); under
+    /// transaction pooling, polling.
     fn waiter<'a>(&'a self, request: &'a Request, end: Instant) -> Result<Box<dyn Waiter + 'a>> {
         let kind = request.kind();
         if kind == LeaseKind::Shared {
             self.shared_allowed()?;
         }
-        let ask = self.ask(request.key(), request.ttl());
         if self.pooler == PostgresPooler::Transaction {
             // The queue's head holds a session lock and LISTENs, which transaction pooling
             // would hand to other clients: waits poll instead, through the same loop.
             return Ok(Box::new(Polling::new(self, request, end)));
         }
-        Ok(match (&self.mode, kind) {
-            (Mode::Advisory(a), LeaseKind::Exclusive) => {
-                Box::new(LockWaiter::new(a, ask, false, end))
-            }
-            (Mode::Advisory(a), LeaseKind::Shared) => Box::new(LockWaiter::new(a, ask, true, end)),
-            (Mode::Advisory(a), LeaseKind::Permit(n)) => {
-                Box::new(PermitWaiter::new(a, ask, n, end))
-            }
-            (
-                Mode::Table(t),
-                kind @ (LeaseKind::Exclusive | LeaseKind::Shared | LeaseKind::Permit(_)),
-            ) => Box::new(QueueWaiter::new(t, ask, kind, end)),
-            (_, other) => return Err(leasehold_core::unsupported(self.name(), other)),
-        })
+        self.mode
+            .waiter(self.ask(request.key(), request.ttl()), kind, end)
     }
 
     fn inspect(&self, key: &Key, kind: LeaseKind) -> Result<KeyInfo> {
-        let prefixed = key.prefixed(&self.prefix);
-        match (&self.mode, kind) {
-            (Mode::Advisory(a), LeaseKind::Permit(n)) => {
-                a.inspect_permits(&self.pools, &prefixed, n)
-            }
-            (Mode::Table(t), LeaseKind::Permit(_)) => t.inspect_permits(&self.pools, &prefixed),
-            (Mode::Advisory(a), _) => a.inspect(&self.pools, &prefixed),
-            (Mode::Table(t), _) => t.inspect(&self.pools, &prefixed),
-        }
+        self.mode
+            .inspect(&self.pools, &key.prefixed(&self.prefix), kind)
     }
 
     fn restore(&self, key: &Key, token: Token) -> Result<RawLease> {
-        match &self.mode {
-            Mode::Advisory(_) => Err(Error::invalid(
-                "PostgreSQL advisory locks belong to the session that took them, so another process \
-                 cannot restore one: use ?lock=table (the lease then lives in a row)",
-            )),
-            Mode::Table(t) => t.restore(&self.pools, &key.prefixed(&self.prefix), key, token),
-        }
+        self.mode
+            .restore(&self.pools, &key.prefixed(&self.prefix), key, token)
     }
 
     fn force_release(&self, key: &Key) -> Result<bool> {
-        let prefixed = key.prefixed(&self.prefix);
-        match &self.mode {
-            Mode::Advisory(a) => a.force_release(&self.pools, &prefixed),
-            Mode::Table(t) => t.force_release(&self.pools, &prefixed),
-        }
+        self.mode
+            .force_release(&self.pools, &key.prefixed(&self.prefix))
     }
 
     fn release(&self, lease: &mut RawLease) -> Result<()> {
-        match &self.mode {
-            Mode::Advisory(a) => a.release(&self.pools, lease),
-            Mode::Table(t) => t.release(&self.pools, lease),
-        }
+        self.mode.release(&self.pools, lease)
     }
 
     fn extend(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
-        match &self.mode {
-            Mode::Advisory(a) => a.extend(&self.pools, lease, ttl),
-            Mode::Table(t) => t.extend(&self.pools, lease, ttl),
-        }
+        self.mode.extend(&self.pools, lease, ttl)
     }
 
     fn try_promote(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
         self.shared_allowed()?;
-        match &self.mode {
-            Mode::Advisory(a) => a.try_promote(&self.pools, lease, ttl),
-            Mode::Table(t) => t.try_promote(&self.pools, lease, ttl),
-        }
+        self.mode.try_promote(&self.pools, lease, ttl)
     }
 
     fn demote(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
         self.shared_allowed()?;
-        match &self.mode {
-            Mode::Advisory(a) => a.demote(&self.pools, lease, ttl),
-            Mode::Table(t) => t.demote(&self.pools, lease, ttl),
-        }
+        self.mode.demote(&self.pools, lease, ttl)
     }
 
     fn detach(&self, lease: &mut RawLease, ttl: Ttl) {
-        match &self.mode {
-            Mode::Advisory(a) => a.detach(lease, ttl),
-            // A table lease lives in its row; its state only names the process that took it.
-            Mode::Table(_) => drop(lease.state.take()),
-        }
+        self.mode.detach(lease, ttl)
     }
 
     /// Rows of a records table, in both modes (see `records.rs`).

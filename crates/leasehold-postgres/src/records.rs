@@ -32,7 +32,7 @@ use crate::lock_id::hex;
 use crate::session::{describe, number, Failure, Session};
 use crate::table::{suffixed, DURABLE};
 use crate::waiting::bounded_wait;
-use crate::{created_meanwhile, with_session, Mode, PostgresBackend};
+use crate::{created_meanwhile, with_session, PostgresBackend};
 use leasehold_core::config::DEFAULT_TABLE;
 use leasehold_core::records::{Record, RecordStore, SweepThrottle};
 use leasehold_core::{Deadline, Error, Key, Result};
@@ -50,10 +50,10 @@ const UNDEFINED_TABLE: &str = "42P01";
 impl PostgresBackend {
     /// The records table, quoted (`"name"` or `"schema"."name"`).
     fn records_table(&self) -> String {
-        match &self.mode {
-            Mode::Table(t) if t.name() != DEFAULT_TABLE => match t.name().rsplit_once('.') {
+        match self.mode.table() {
+            Some(table) if table != DEFAULT_TABLE => match table.rsplit_once('.') {
                 Some((schema, last)) => format!("\"{schema}\".\"{}\"", suffixed(last, "_records")),
-                None => format!("\"{}\"", suffixed(t.name(), "_records")),
+                None => format!("\"{}\"", suffixed(table, "_records")),
             },
             _ => format!("\"{RECORDS_TABLE}\""),
         }

@@ -23,6 +23,7 @@ mod queue;
 pub(crate) use queue::QueueWaiter;
 
 use crate::lock_id::{hex, semaphore_internal, wait_queue};
+use crate::mode::LockMode;
 use crate::session::{describe, last_value, number, Conn, Failure, Pools, Session};
 use crate::waiting::{bounded_wait, hold_place, join_queue, restore_idle_timeout, Line};
 use crate::{acquiring, call_rows, created_meanwhile, timed, with_session, Ask};
@@ -246,78 +247,6 @@ impl Table {
         })
     }
 
-    pub fn release(&self, pools: &Pools, lease: &mut RawLease) -> Result<()> {
-        check_owner(lease)?;
-        match lease.kind() {
-            LeaseKind::Shared => return self.release_shared(pools, lease),
-            LeaseKind::Permit(_) => return self.release_permit(pools, lease),
-            _ => {}
-        }
-        let prefixed = lease.key().prefixed(&self.prefix);
-        let prefixed_hex = hex(&prefixed);
-        let (_, channel) = wait_queue(&self.name, &prefixed);
-        let sql = format!(
-            "WITH gone AS (DELETE FROM {} WHERE key = decode('{prefixed_hex}', 'hex') AND token = '{}' \
-                           RETURNING expires_at > clock_timestamp() AS live) \
-             SELECT live, pg_notify('{channel}', '') FROM gone",
-            self.quoted,
-            lease.token().as_str()
-        );
-        let deadline = pools.call();
-        let sql = self.bounded(&sql);
-        let mut tries = 0;
-        let (mut conn, result) = with_session(pools, deadline, |s| {
-            tries += 1;
-            s.rows(&sql, deadline)
-        })?;
-        let rows = result.map_err(|e| pools.failed("release", &e))?;
-        let outcome = match last_value(&rows, 0) {
-            Some("t") => Ok(()),
-            Some(_) => Err(Error::Lost(
-                "the lease had expired (its row is now removed)".into(),
-            )),
-            // Sent again after a session broke under it: nobody else can have taken the key while
-            // the lease was valid, so a row gone then was removed by the earlier try, whose reply
-            // was lost.
-            None if tries > 1 && !lease.remaining().is_zero() => Ok(()),
-            None => Err(Error::Lost(
-                "the key no longer holds this lease's token (expired and taken, or released)"
-                    .into(),
-            )),
-        };
-        self.maybe_sweep(&mut conn, deadline);
-        outcome
-    }
-
-    pub fn extend(&self, pools: &Pools, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
-        check_owner(lease)?;
-        match lease.kind() {
-            LeaseKind::Shared => return self.extend_shared(pools, lease, ttl),
-            LeaseKind::Permit(_) => return self.extend_permit(pools, lease, ttl),
-            _ => {}
-        }
-        let sql = format!(
-            "UPDATE {} SET expires_at = clock_timestamp() + interval '1 millisecond' * {} \
-             WHERE key = decode('{}', 'hex') AND token = '{}' AND expires_at > clock_timestamp() \
-             RETURNING fence",
-            self.quoted,
-            ttl.as_millis(),
-            hex(&lease.key().prefixed(&self.prefix)),
-            lease.token().as_str()
-        );
-        let deadline = pools.call();
-        let (_conn, result) = timed(pools, deadline, |s| s.rows(&self.bounded(&sql), deadline))?;
-        let (sent, rows) = result.map_err(|e| pools.failed("extend", &e))?;
-        if rows.is_empty() {
-            return Err(Error::Lost(
-                "the key no longer holds this lease's token (expired, or taken by another holder)"
-                    .into(),
-            ));
-        }
-        lease.renewed(ttl, sent);
-        Ok(())
-    }
-
     pub fn inspect(&self, pools: &Pools, prefixed: &[u8]) -> Result<KeyInfo> {
         let sql = format!(
             "SELECT expires_at > clock_timestamp(), \
@@ -498,5 +427,140 @@ fn refused(key: &Key, kind: LeaseKind) -> Error {
             n.get()
         )),
         _ => held_elsewhere(key),
+    }
+}
+
+/// A table of leases: the lease lives in its row (waiters queue on an advisory lock and LISTEN
+/// at the head, `waiting.rs`).
+impl LockMode for Table {
+    fn name(&self) -> &'static str {
+        "postgres-table"
+    }
+
+    fn table(&self) -> Option<&str> {
+        Some(Table::name(self))
+    }
+
+    fn try_acquire(&self, ask: &Ask, kind: LeaseKind) -> Result<RawLease> {
+        match kind {
+            LeaseKind::Exclusive => Table::try_acquire(self, ask),
+            LeaseKind::Shared => self.try_acquire_shared(ask),
+            LeaseKind::Permit(n) => self.try_acquire_permit(ask, n),
+            other => Err(leasehold_core::unsupported(LockMode::name(self), other)),
+        }
+    }
+
+    fn waiter<'a>(
+        &'a self,
+        ask: Ask<'a>,
+        kind: LeaseKind,
+        end: Instant,
+    ) -> Result<Box<dyn Waiter + 'a>> {
+        match kind {
+            LeaseKind::Exclusive | LeaseKind::Shared | LeaseKind::Permit(_) => {
+                Ok(Box::new(QueueWaiter::new(self, ask, kind, end)))
+            }
+            other => Err(leasehold_core::unsupported(LockMode::name(self), other)),
+        }
+    }
+
+    fn inspect(&self, pools: &Pools, prefixed: &[u8], kind: LeaseKind) -> Result<KeyInfo> {
+        match kind {
+            LeaseKind::Permit(_) => self.inspect_permits(pools, prefixed),
+            _ => Table::inspect(self, pools, prefixed),
+        }
+    }
+
+    fn restore(&self, pools: &Pools, prefixed: &[u8], key: &Key, token: Token) -> Result<RawLease> {
+        Table::restore(self, pools, prefixed, key, token)
+    }
+
+    fn force_release(&self, pools: &Pools, prefixed: &[u8]) -> Result<bool> {
+        Table::force_release(self, pools, prefixed)
+    }
+
+    fn release(&self, pools: &Pools, lease: &mut RawLease) -> Result<()> {
+        check_owner(lease)?;
+        match lease.kind() {
+            LeaseKind::Shared => return self.release_shared(pools, lease),
+            LeaseKind::Permit(_) => return self.release_permit(pools, lease),
+            _ => {}
+        }
+        let prefixed = lease.key().prefixed(&self.prefix);
+        let prefixed_hex = hex(&prefixed);
+        let (_, channel) = wait_queue(&self.name, &prefixed);
+        let sql = format!(
+            "WITH gone AS (DELETE FROM {} WHERE key = decode('{prefixed_hex}', 'hex') AND token = '{}' \
+                           RETURNING expires_at > clock_timestamp() AS live) \
+             SELECT live, pg_notify('{channel}', '') FROM gone",
+            self.quoted,
+            lease.token().as_str()
+        );
+        let deadline = pools.call();
+        let sql = self.bounded(&sql);
+        let mut tries = 0;
+        let (mut conn, result) = with_session(pools, deadline, |s| {
+            tries += 1;
+            s.rows(&sql, deadline)
+        })?;
+        let rows = result.map_err(|e| pools.failed("release", &e))?;
+        let outcome = match last_value(&rows, 0) {
+            Some("t") => Ok(()),
+            Some(_) => Err(Error::Lost(
+                "the lease had expired (its row is now removed)".into(),
+            )),
+            // Sent again after a session broke under it: nobody else can have taken the key while
+            // the lease was valid, so a row gone then was removed by the earlier try, whose reply
+            // was lost.
+            None if tries > 1 && !lease.remaining().is_zero() => Ok(()),
+            None => Err(Error::Lost(
+                "the key no longer holds this lease's token (expired and taken, or released)"
+                    .into(),
+            )),
+        };
+        self.maybe_sweep(&mut conn, deadline);
+        outcome
+    }
+
+    fn extend(&self, pools: &Pools, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        check_owner(lease)?;
+        match lease.kind() {
+            LeaseKind::Shared => return self.extend_shared(pools, lease, ttl),
+            LeaseKind::Permit(_) => return self.extend_permit(pools, lease, ttl),
+            _ => {}
+        }
+        let sql = format!(
+            "UPDATE {} SET expires_at = clock_timestamp() + interval '1 millisecond' * {} \
+             WHERE key = decode('{}', 'hex') AND token = '{}' AND expires_at > clock_timestamp() \
+             RETURNING fence",
+            self.quoted,
+            ttl.as_millis(),
+            hex(&lease.key().prefixed(&self.prefix)),
+            lease.token().as_str()
+        );
+        let deadline = pools.call();
+        let (_conn, result) = timed(pools, deadline, |s| s.rows(&self.bounded(&sql), deadline))?;
+        let (sent, rows) = result.map_err(|e| pools.failed("extend", &e))?;
+        if rows.is_empty() {
+            return Err(Error::Lost(
+                "the key no longer holds this lease's token (expired, or taken by another holder)"
+                    .into(),
+            ));
+        }
+        lease.renewed(ttl, sent);
+        Ok(())
+    }
+
+    fn try_promote(&self, pools: &Pools, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        Table::try_promote(self, pools, lease, ttl)
+    }
+
+    fn demote(&self, pools: &Pools, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        Table::demote(self, pools, lease, ttl)
+    }
+
+    /// A table lease lives in its row; its state only names the process that took it.
+    fn detach(&self, lease: &mut RawLease, _: Ttl) {
+        drop(lease.state.take());
     }
 }
