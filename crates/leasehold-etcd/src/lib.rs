@@ -97,10 +97,10 @@ struct Holder {
     fence: u64,
 }
 
-/// What one attempt at a lock found.
-pub(crate) enum Take {
-    /// The key is ours: the revision that wrote it.
-    Granted(i64),
+/// What one attempt at a lock (or a semaphore's slot) found.
+pub(crate) enum Take<G = i64> {
+    /// The key is ours: the revision that wrote it (a slot: what the lease holds).
+    Granted(G),
     /// Held, or someone queued first: the answer's revision, the queue's entries (keys and
     /// revisions) in the order they came, and whether an exclusive holder has the key.
     Refused {
@@ -554,14 +554,11 @@ impl LockBackend for EtcdBackend {
     }
 
     fn waiter<'a>(&'a self, request: &'a Request, end: Instant) -> Result<Box<dyn Waiter + 'a>> {
-        let (key, ttl) = (request.key(), request.ttl());
-        match request.kind() {
-            // Semaphores poll: a permit frees no particular waiter's turn.
-            LeaseKind::Permit(_) => Ok(Box::new(wait::Polling::new(self, request, end))),
-            kind => Ok(Box::new(waiting::QueueWaiter::new(
-                self, key, kind, ttl, end,
-            )?)),
-        }
+        // Every kind queues, semaphores in a queue of their own.
+        let (key, ttl, kind) = (request.key(), request.ttl(), request.kind());
+        Ok(Box::new(waiting::QueueWaiter::new(
+            self, key, kind, ttl, end,
+        )?))
     }
 
     fn records(&self) -> Option<&dyn leasehold_core::records::RecordStore> {
