@@ -22,6 +22,8 @@
 //!   lease of its own (a dead waiter's entry ends with it), and blocks on a watch of its
 //!   predecessor's deletion (no herd, first come first served), read in slices of at most 50 ms.
 //!   A newcomer's attempt is refused while anyone is queued (a reader's, while a writer is).
+//!   Semaphore waiters queue apart and are let in by rank: while fewer older entries wait than
+//!   permits are free (a newcomer, while the queue is shorter than that).
 //! * Shared locks: a key per reader (`{prefix}shared/…`) beside the holder's key; an exclusive
 //!   grant needs both empty, a shared one no exclusive holder. Semaphores, promote and demote are
 //!   in [`kinds`]; `once` records ([`records`]) live beside the locks, each on an etcd lease of
