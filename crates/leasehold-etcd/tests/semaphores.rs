@@ -1,7 +1,7 @@
 //! Semaphore waits on the real three-member cluster: waiters queue by revision and are woken by a
 //! watch, first come, first served; a newcomer's try is refused while the queue is as long as the
 //! free permits; a waiter that died holds nobody up beyond its place's TTL; a wait ends at its
-//! deadline and leaves the queue; and a waiter does not poll.
+//! deadline and leaves the queue, as an interrupted one does; and a waiter does not poll.
 
 use base64::Engine;
 use leasehold_core::{Client, Config, ErrorKind};
@@ -224,4 +224,30 @@ fn a_wait_ends_at_its_deadline_without_polling() {
     assert!(retries <= 6, "{retries} attempts after the first: it polls");
     assert_eq!(queued(&key), 0, "the waiter left the queue");
     holder.release().unwrap();
+}
+
+/// An interrupt ends a permit wait with `Interrupted` and takes the waiter out of the queue, so
+/// the next waiter is not held up by its place.
+#[test]
+fn an_interrupt_ends_the_wait_and_leaves_the_queue() {
+    let client = client();
+    let key = unique_key("interrupt");
+    let holder = client.try_acquire_permit(&key, 1, TTL).unwrap();
+    let waiting = client.clone();
+    let waiter = {
+        let key = key.clone();
+        std::thread::spawn(move || waiting.acquire_permit(&key, 1, TTL, Duration::from_secs(60)))
+    };
+    assert!(wait_until(Duration::from_secs(20), || queued(&key) >= 1));
+    client.interrupt();
+    let ended = waiter.join().unwrap().expect_err("interrupted");
+    assert_eq!(ended.kind(), ErrorKind::Interrupted, "{ended}");
+    assert_eq!(queued(&key), 0, "the interrupted waiter left the queue");
+    holder.release().unwrap();
+    // Nobody waits: the permit is free for a try.
+    client
+        .try_acquire_permit(&key, 1, TTL)
+        .expect("free")
+        .release()
+        .unwrap();
 }
