@@ -1,7 +1,8 @@
 //! Where a key's state lives in etcd. Every name is the URL's prefix, a word for what it holds, and
 //! the key: `{prefix}lock/{key}` for the exclusive holder, `{prefix}shared/{len}/{key}/{token}` for
 //! each shared holder, `{prefix}queue/{len}/{key}/{x|s}{token}` for its waiters (writers, readers),
-//! and `{prefix}permit/{len}/{key}/{slot}` for a semaphore's holders (the key's length in four hex
+//! `{prefix}permit/{len}/{key}/{slot}` for a semaphore's holders and `{prefix}pqueue/{len}/{key}/{token}`
+//! for its waiters (the key's length in four hex
 //! digits first, so that no key's range holds another key's entries, whatever bytes the keys
 //! contain).
 
@@ -25,6 +26,12 @@ pub(crate) fn readers(prefix: &str, key: &Key) -> Vec<u8> {
 /// The start of semaphore `key`'s holders.
 pub(crate) fn permits(prefix: &str, key: &Key) -> Vec<u8> {
     ranged(prefix, "permit", key)
+}
+
+/// The start of semaphore `key`'s queue of waiters (a namespace of its own: a lock and a
+/// semaphore of the same name are unrelated).
+pub(crate) fn permit_queue(prefix: &str, key: &Key) -> Vec<u8> {
+    ranged(prefix, "pqueue", key)
 }
 
 /// A semaphore's slot (zero-padded, so slots sort by number).
@@ -89,6 +96,8 @@ mod tests {
         assert_eq!(qa, b"p:queue/0001/a/");
         assert!(!qab.starts_with(&qa));
         assert_eq!(lock("p:", &a), b"p:lock/a");
+        assert!(!permit_queue("p:", &a).starts_with(&permits("p:", &a)));
+        assert!(!permits("p:", &a).starts_with(&permit_queue("p:", &a)));
         assert_eq!(range_end(b"ab"), b"ac");
         assert_eq!(range_end(b"a\xff"), b"b");
         assert_eq!(range_end(b"\xff"), b"\0");

@@ -5,14 +5,18 @@
 //!   size while a holder has one ([`wait::other_size`]), and writes the lowest free slot in a
 //!   transaction that also compares every slot's `mod_revision` with the read: a holder that
 //!   arrived in between (of either size) makes it look again, so two sizes are never held at once
-//!   and never more than `n`. Waits poll.
+//!   and never more than `n`. Waiters queue as lock waiters do ([`crate::waiting`]), in a queue of
+//!   the semaphore's own (`{prefix}pqueue/…`), and are admitted by rank: an attempt takes a slot
+//!   only while fewer entries that came before it wait than permits are free (a newcomer's, the
+//!   whole queue; its transaction also compares the queue's `mod_revision`, so a waiter that joined
+//!   after the read makes it look again).
 //! * A promote is one transaction: no exclusive holder, and every shared holder is this one (each
 //!   shared key is written by a transaction of its own, so its `create_revision` is its alone); it
 //!   deletes the shared key and writes the holder's key, on a new etcd lease for the TTL. Its
 //!   revision is the new fence. A demote is the reverse, compared on the token, keeping the fence.
 
 use crate::gateway::{b64, number, revision, unb64, Retry};
-use crate::{fence, keys, no_state, not_ours, EtcdBackend, Held, Holding};
+use crate::{fence, keys, no_state, not_ours, EtcdBackend, Held, Holding, Take, Who};
 use leasehold_core::wait;
 use leasehold_core::{Deadline, Key, LeaseKind, Permits, RawLease, Result, Token, Ttl};
 use serde_json::json;
@@ -50,13 +54,9 @@ impl EtcdBackend {
         let kind = LeaseKind::Permit(Permits::new(permits)?);
         let sent = Instant::now();
         let held = self.grant(ttl, deadline)?;
-        match self.take_slot(key, permits, token, held, deadline) {
-            Ok(Some(holding)) => {
-                let mut lease = holding.lease(key, kind, token, ttl, sent);
-                lease.set_kind(kind);
-                Ok(lease)
-            }
-            Ok(None) => {
+        match self.take_slot(key, permits, token, held, Who::Newcomer, deadline) {
+            Ok(Take::Granted(holding)) => Ok(holding.lease(key, kind, token, ttl, sent)),
+            Ok(Take::Refused { .. }) => {
                 self.revoke(held.lease, deadline);
                 Err(wait::refused(key, kind))
             }
@@ -67,33 +67,45 @@ impl EtcdBackend {
         }
     }
 
-    /// Writes the lowest free slot on the etcd lease `held`; `None` when every permit is held.
-    fn take_slot(
+    /// One attempt at a slot of semaphore `key` on the etcd lease `held`, by `who`: granted when
+    /// fewer entries that came before it wait in the semaphore's queue than permits are free (a
+    /// newcomer: the whole queue came before it).
+    pub(crate) fn take_slot(
         &self,
         key: &Key,
         permits: u32,
         token: Token,
         held: Held,
+        who: Who<'_>,
         deadline: Deadline,
-    ) -> Result<Option<Holding>> {
+    ) -> Result<Take<Holding>> {
         let base = keys::permits(&self.prefix, key);
         let end = keys::range_end(&base);
+        let queue = keys::permit_queue(&self.prefix, key);
+        let queue_end = keys::range_end(&queue);
         let value = format!("{} {permits}", token.as_str()).into_bytes();
         loop {
             deadline.check("etcd semaphore")?;
-            let answer = self.call(
-                "/v3/kv/range",
-                json!({"key": b64(&base), "range_end": b64(&end)}),
-                Retry::Safe,
-                deadline,
-            )?;
+            // The holders and the queue as of one revision.
+            let read = json!({"success": [
+                {"request_range": {"key": b64(&base), "range_end": b64(&end)}},
+                {"request_range": {"key": b64(&queue), "range_end": b64(&queue_end),
+                    "keys_only": true, "sort_order": "ASCEND", "sort_target": "CREATE"}},
+            ]});
+            let answer = self.call("/v3/kv/txn", read, Retry::Safe, deadline)?;
             let read = revision(&answer).unwrap_or(0);
+            let kvs = |i: usize| -> Vec<serde_json::Value> {
+                answer["responses"][i]["response_range"]["kvs"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            };
             let mut used = Vec::new();
-            for kv in answer["kvs"].as_array().into_iter().flatten() {
+            for kv in kvs(0) {
                 let stored = unb64(&kv["value"]);
                 if stored == value {
                     // Ours, written by a send whose answer was lost.
-                    return Ok(Some(Holding {
+                    return Ok(Take::Granted(Holding {
                         name: unb64(&kv["key"]),
                         value,
                         held,
@@ -113,34 +125,65 @@ impl EtcdBackend {
                     .and_then(|s| s.parse::<u32>().ok());
                 used.extend(slot);
             }
-            if used.len() >= permits as usize {
-                return Ok(None);
-            }
-            let Some(slot) = (0..permits).find(|s| !used.contains(s)) else {
-                return Ok(None);
+            let line: Vec<(Vec<u8>, i64)> = kvs(1)
+                .iter()
+                .map(|kv| {
+                    (
+                        unb64(&kv["key"]),
+                        number(&kv["create_revision"]).unwrap_or(0),
+                    )
+                })
+                .collect();
+            // A queued waiter whose entry is gone (its etcd lease ended) is a newcomer again.
+            let place = match who {
+                Who::Queued { entry, revision } if line.iter().any(|(k, _)| k == entry) => {
+                    Some((entry, revision))
+                }
+                _ => None,
+            };
+            let before = match place {
+                Some((_, mine)) => line.iter().filter(|(_, c)| *c < mine).count(),
+                None => line.len(),
+            };
+            let free = (permits as usize).saturating_sub(used.len());
+            let slot = (0..permits).find(|s| !used.contains(s));
+            let (Some(slot), true) = (slot, before < free) else {
+                return Ok(Take::Refused {
+                    revision: read,
+                    queue: line,
+                    exclusive_held: false,
+                });
             };
             let name = keys::slot(&base, slot);
-            let txn = json!({
-                "compare": [
-                    {"key": b64(&base), "range_end": b64(&end), "target": "MOD",
-                        "result": "LESS", "mod_revision": (read + 1).to_string()},
-                    {"key": b64(&name), "target": "CREATE", "result": "EQUAL",
-                        "create_revision": "0"},
-                ],
-                "success": [{"request_put": {"key": b64(&name), "value": b64(&value),
-                    "lease": held.lease.to_string()}}],
-            });
+            let mut compare = vec![
+                json!({"key": b64(&base), "range_end": b64(&end), "target": "MOD",
+                    "result": "LESS", "mod_revision": (read + 1).to_string()}),
+                json!({"key": b64(&name), "target": "CREATE", "result": "EQUAL",
+                    "create_revision": "0"}),
+            ];
+            let mut success = vec![json!({"request_put": {"key": b64(&name),
+                "value": b64(&value), "lease": held.lease.to_string()}})];
+            match place {
+                // Entries that came later do not matter; older ones only leave.
+                Some((entry, _)) => {
+                    success.push(json!({"request_delete_range": {"key": b64(entry)}}));
+                }
+                // Nobody joined since the read.
+                None => compare.push(json!({"key": b64(&queue), "range_end": b64(&queue_end),
+                    "target": "MOD", "result": "LESS", "mod_revision": (read + 1).to_string()})),
+            }
+            let txn = json!({"compare": compare, "success": success});
             let answer = self.call("/v3/kv/txn", txn, Retry::Safe, deadline)?;
             if answer["succeeded"].as_bool() == Some(true) {
-                return Ok(Some(Holding {
+                return Ok(Take::Granted(Holding {
                     name,
                     value,
                     held,
                     created: revision(&answer).unwrap_or(0),
                 }));
             }
-            // A holder came or went since the read (or the first send of this one wrote it):
-            // look again.
+            // A holder or waiter came or went since the read (or the first send of this one
+            // wrote it): look again.
         }
     }
 }

@@ -22,6 +22,8 @@
 //!   lease of its own (a dead waiter's entry ends with it), and blocks on a watch of its
 //!   predecessor's deletion (no herd, first come first served), read in slices of at most 50 ms.
 //!   A newcomer's attempt is refused while anyone is queued (a reader's, while a writer is).
+//!   Semaphore waiters queue apart and are let in by rank: while fewer older entries wait than
+//!   permits are free (a newcomer, while the queue is shorter than that).
 //! * Shared locks: a key per reader (`{prefix}shared/…`) beside the holder's key; an exclusive
 //!   grant needs both empty, a shared one no exclusive holder. Semaphores, promote and demote are
 //!   in [`kinds`]; `once` records ([`records`]) live beside the locks, each on an etcd lease of
@@ -97,10 +99,10 @@ struct Holder {
     fence: u64,
 }
 
-/// What one attempt at a lock found.
-pub(crate) enum Take {
-    /// The key is ours: the revision that wrote it.
-    Granted(i64),
+/// What one attempt at a lock (or a semaphore's slot) found.
+pub(crate) enum Take<G = i64> {
+    /// The key is ours: the revision that wrote it (a slot: what the lease holds).
+    Granted(G),
     /// Held, or someone queued first: the answer's revision, the queue's entries (keys and
     /// revisions) in the order they came, and whether an exclusive holder has the key.
     Refused {
@@ -554,14 +556,11 @@ impl LockBackend for EtcdBackend {
     }
 
     fn waiter<'a>(&'a self, request: &'a Request, end: Instant) -> Result<Box<dyn Waiter + 'a>> {
-        let (key, ttl) = (request.key(), request.ttl());
-        match request.kind() {
-            // Semaphores poll: a permit frees no particular waiter's turn.
-            LeaseKind::Permit(_) => Ok(Box::new(wait::Polling::new(self, request, end))),
-            kind => Ok(Box::new(waiting::QueueWaiter::new(
-                self, key, kind, ttl, end,
-            )?)),
-        }
+        // Every kind queues, semaphores in a queue of their own.
+        let (key, ttl, kind) = (request.key(), request.ttl(), request.kind());
+        Ok(Box::new(waiting::QueueWaiter::new(
+            self, key, kind, ttl, end,
+        )?))
     }
 
     fn records(&self) -> Option<&dyn leasehold_core::records::RecordStore> {

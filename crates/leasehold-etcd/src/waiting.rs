@@ -1,5 +1,5 @@
-//! The waiter of an exclusive acquire: a queue by revision, woken by a watch, as etcd's own lock
-//! recipe does.
+//! The waiter of every acquire (exclusive, shared, a semaphore's permit): a queue by revision,
+//! woken by a watch, as etcd's own lock recipe does.
 //!
 //! A waiter refused at its first attempt puts an entry under the key's queue
 //! (`{prefix}queue/{len}/{key}/{token}`), attached to an etcd lease of its own with a short TTL
@@ -10,6 +10,14 @@
 //! came. An attempt by a queued waiter succeeds only while no older entry is there; a newcomer's
 //! only while the queue is empty (a reader's: while no writer is queued, since readers queue only
 //! behind a writer, and a reader's entry left behind by a failed leave must not hold readers up).
+//!
+//! A semaphore's waiters queue apart (`{prefix}pqueue/{len}/{key}/{token}`) and are admitted by
+//! rank: an attempt takes a permit while fewer older entries wait than permits are free (a
+//! newcomer: while the queue is shorter than the free permits), so several permits freed at once
+//! let several waiters in without each waiting for the one before to be served, yet nobody
+//! overtakes an older waiter. The head watches the semaphore's holders for a deletion (a permit
+//! released or expired), every other waiter its predecessor's entry, as for locks: one release
+//! wakes the head alone, and each grant (its entry leaving) wakes the next.
 //!
 //! Core looks for interrupts every 50 ms, so a block lasts one slice at most. The watch starts from
 //! the revision of the waiter's last look, so nothing that happened since is missed, whatever the
@@ -126,12 +134,21 @@ impl<'a> QueueWaiter<'a> {
         let sent = Instant::now();
         let ttl = Ttl::new(PLACE_TTL)?;
         let lease = self.backend.grant(ttl, self.deadline)?.lease;
-        let queue = crate::keys::queue(&self.backend.prefix, self.key);
-        let kind = match self.kind {
-            LeaseKind::Shared => crate::keys::READER,
-            _ => crate::keys::WRITER,
+        let prefix = &self.backend.prefix;
+        let entry = match self.kind {
+            LeaseKind::Permit(_) => crate::keys::entry(
+                &crate::keys::permit_queue(prefix, self.key),
+                self.token.as_str(),
+            ),
+            kind => {
+                let letter = match kind {
+                    LeaseKind::Shared => crate::keys::READER,
+                    _ => crate::keys::WRITER,
+                };
+                let queue = crate::keys::queue(prefix, self.key);
+                crate::keys::entry(&queue, &format!("{letter}{}", self.token.as_str()))
+            }
         };
-        let entry = crate::keys::entry(&queue, &format!("{kind}{}", self.token.as_str()));
         let answer = self.backend.call(
             "/v3/kv/put",
             serde_json::json!({"key": crate::b64(&entry), "value": "",
@@ -217,18 +234,35 @@ impl Waiter for QueueWaiter<'_> {
             },
             None => Who::Newcomer,
         };
-        match self
-            .backend
-            .take(self.key, self.kind, self.token, held, who, self.deadline)?
-        {
-            Take::Granted(created) => {
+        let (key, token, deadline) = (self.key, self.token, self.deadline);
+        let take = match self.kind {
+            LeaseKind::Permit(permits) => {
+                self.backend
+                    .take_slot(key, permits.get(), token, held, who, deadline)?
+            }
+            kind => match self.backend.take(key, kind, token, held, who, deadline)? {
+                Take::Granted(created) => {
+                    let name = self.backend.lock_name(key, kind, token);
+                    Take::Granted(Holding::new(name, token, held, created))
+                }
+                Take::Refused {
+                    revision,
+                    queue,
+                    exclusive_held,
+                } => Take::Refused {
+                    revision,
+                    queue,
+                    exclusive_held,
+                },
+            },
+        };
+        match take {
+            Take::Granted(holding) => {
                 self.held = None;
                 // The place's entry left with the grant; its etcd lease ends by itself soon
                 // (revoking it would cost the new holder a round trip).
                 self.place = None;
-                let name = self.backend.lock_name(self.key, self.kind, self.token);
-                let holding = Holding::new(name, self.token, held, created);
-                let lease = holding.lease(self.key, self.kind, self.token, self.ttl, sent);
+                let lease = holding.lease(key, self.kind, token, self.ttl, sent);
                 Ok(Turn::Granted(lease))
             }
             Take::Refused {
@@ -239,6 +273,12 @@ impl Waiter for QueueWaiter<'_> {
                 if last {
                     self.leave();
                     return Ok(Turn::NotYet { holder_left: None });
+                }
+                // A place whose etcd lease ended is out of the line: join again, at the end.
+                if let Some(place) = &self.place {
+                    if !queue.iter().any(|(entry, _)| *entry == place.entry) {
+                        self.place = None;
+                    }
                 }
                 if self.place.is_none() {
                     self.join()?;
@@ -255,6 +295,12 @@ impl Waiter for QueueWaiter<'_> {
                 let prefix = &self.backend.prefix;
                 self.watch = Some(match before {
                     Some(entry) => (entry, None, revision + 1),
+                    // A semaphore's head: any holder that goes frees a permit for it.
+                    None if matches!(self.kind, LeaseKind::Permit(_)) => {
+                        let permits = crate::keys::permits(prefix, self.key);
+                        let end = crate::keys::range_end(&permits);
+                        (permits, Some(end), revision + 1)
+                    }
                     None if self.kind == LeaseKind::Exclusive && !exclusive_held => {
                         let readers = crate::keys::readers(prefix, self.key);
                         let end = crate::keys::range_end(&readers);
