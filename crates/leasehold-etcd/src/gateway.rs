@@ -6,7 +6,7 @@
 //!   resolver ([`CoreResolver`]), so no lookup outlives the call either.
 //! * Members: a request goes to the member that answered last; one that cannot be reached, times
 //!   out or has no leader is passed over for the next. A request that may have been applied (sent,
-//!   then no answer) is sent again only when the caller says it is safe ([`Retry::Safe`]: reads,
+//!   then no answer) is sent again only when the caller says it is safe ([`Resend::Safe`]: reads,
 //!   lease renewals and revocations, and writes whose outcome a second try can tell).
 //! * Fork: each process has its own agent (and so its own idle connections) through core's
 //!   [`PerProcess`]: a child never writes on a socket its parent uses.
@@ -29,7 +29,7 @@ use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
 
 /// Whether a request may be sent again after an answer that never came.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Retry {
+pub(crate) enum Resend {
     /// Running it twice does no harm, or the caller tells the second outcome apart.
     Safe,
     /// Sent again only when the first never reached a member (its connect failed).
@@ -186,7 +186,7 @@ impl Gateway {
         &self,
         path: &str,
         body: &Value,
-        retry: Retry,
+        retry: Resend,
         deadline: Deadline,
     ) -> Result<Value> {
         let body = body.to_string();
@@ -201,7 +201,7 @@ impl Gateway {
             };
             let (message, again) = match failure {
                 Failure::NotSent(message) => (message, true),
-                Failure::Unknown(message) => (message, retry == Retry::Safe),
+                Failure::Unknown(message) => (message, retry == Resend::Safe),
                 Failure::Answered { code, message } if code == CODE_UNAUTHENTICATED => {
                     if self.user.is_some() && !reauthenticated {
                         // An expired token is refused before anything runs: log in again once.

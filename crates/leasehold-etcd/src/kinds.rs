@@ -15,7 +15,7 @@
 //!   deletes the shared key and writes the holder's key, on a new etcd lease for the TTL. Its
 //!   revision is the new fence. A demote is the reverse, compared on the token, keeping the fence.
 
-use crate::gateway::{b64, number, revision, unb64, Retry};
+use crate::gateway::{b64, number, revision, unb64, Resend};
 use crate::{fence, keys, no_state, not_ours, EtcdBackend, Held, Holding, Take, Who};
 use leasehold_core::wait;
 use leasehold_core::{Deadline, Key, LeaseKind, Permits, RawLease, Result, Token, Ttl};
@@ -32,7 +32,7 @@ pub(crate) fn count(backend: &EtcdBackend, start: &[u8], deadline: Deadline) -> 
     let answer = backend.call(
         "/v3/kv/range",
         json!({"key": b64(start), "range_end": b64(&keys::range_end(start)), "keys_only": true}),
-        Retry::Safe,
+        Resend::Safe,
         deadline,
     )?;
     let kvs = answer["kvs"].as_array().cloned().unwrap_or_default();
@@ -92,7 +92,7 @@ impl EtcdBackend {
                 {"request_range": {"key": b64(&queue), "range_end": b64(&queue_end),
                     "keys_only": true, "sort_order": "ASCEND", "sort_target": "CREATE"}},
             ]});
-            let answer = self.call("/v3/kv/txn", read, Retry::Safe, deadline)?;
+            let answer = self.call("/v3/kv/txn", read, Resend::Safe, deadline)?;
             let read = revision(&answer).unwrap_or(0);
             let kvs = |i: usize| -> Vec<serde_json::Value> {
                 answer["responses"][i]["response_range"]["kvs"]
@@ -173,7 +173,7 @@ impl EtcdBackend {
                     "target": "MOD", "result": "LESS", "mod_revision": (read + 1).to_string()})),
             }
             let txn = json!({"compare": compare, "success": success});
-            let answer = self.call("/v3/kv/txn", txn, Retry::Safe, deadline)?;
+            let answer = self.call("/v3/kv/txn", txn, Resend::Safe, deadline)?;
             if answer["succeeded"].as_bool() == Some(true) {
                 return Ok(Take::Granted(Holding {
                     name,
@@ -213,7 +213,7 @@ pub(crate) fn try_promote(backend: &EtcdBackend, lease: &mut RawLease, ttl: Ttl)
         ],
         "failure": [{"request_range": {"key": b64(&holding.name)}}],
     });
-    let answer = match backend.call("/v3/kv/txn", txn, Retry::Once, deadline) {
+    let answer = match backend.call("/v3/kv/txn", txn, Resend::Once, deadline) {
         Ok(answer) => answer,
         Err(error) => {
             backend.revoke(fresh.lease, deadline);
@@ -264,7 +264,7 @@ pub(crate) fn demote(backend: &EtcdBackend, lease: &mut RawLease, ttl: Ttl) -> R
                 "lease": fresh.lease.to_string()}},
         ],
     });
-    let answer = match backend.call("/v3/kv/txn", txn, Retry::Once, deadline) {
+    let answer = match backend.call("/v3/kv/txn", txn, Resend::Once, deadline) {
         Ok(answer) => answer,
         Err(error) => {
             backend.revoke(fresh.lease, deadline);

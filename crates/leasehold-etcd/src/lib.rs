@@ -37,7 +37,7 @@ mod kinds;
 mod records;
 mod waiting;
 
-use gateway::{b64, number, revision, unb64, Gateway, Retry};
+use gateway::{b64, number, revision, unb64, Gateway, Resend};
 use leasehold_core::config::BackendConfig;
 use leasehold_core::wait::{self, Waiter};
 use leasehold_core::{
@@ -154,7 +154,7 @@ impl EtcdBackend {
         Deadline::for_call(self.connect_timeout, self.io_timeout)
     }
 
-    fn call(&self, path: &str, body: Value, retry: Retry, deadline: Deadline) -> Result<Value> {
+    fn call(&self, path: &str, body: Value, retry: Resend, deadline: Deadline) -> Result<Value> {
         self.gateway.call(path, &body, retry, deadline)
     }
 
@@ -167,7 +167,7 @@ impl EtcdBackend {
         let answer = self.call(
             "/v3/lease/grant",
             json!({ "TTL": secs.to_string() }),
-            Retry::Safe,
+            Resend::Safe,
             deadline,
         )?;
         let lease = number(&answer["ID"]).filter(|id| *id != 0);
@@ -186,7 +186,7 @@ impl EtcdBackend {
         let answer = self.call(
             "/v3/lease/keepalive",
             json!({ "ID": lease.to_string() }),
-            Retry::Safe,
+            Resend::Safe,
             deadline,
         )?;
         match number(&answer["result"]["TTL"]) {
@@ -201,7 +201,7 @@ impl EtcdBackend {
         let _ = self.call(
             "/v3/lease/revoke",
             json!({ "ID": lease.to_string() }),
-            Retry::Safe,
+            Resend::Safe,
             deadline,
         );
     }
@@ -273,7 +273,7 @@ impl EtcdBackend {
         });
         // Sent again after an answer that never came, the transaction tells: our key with our
         // token on our etcd lease is a grant of the first send.
-        let answer = self.call("/v3/kv/txn", txn, Retry::Safe, deadline)?;
+        let answer = self.call("/v3/kv/txn", txn, Resend::Safe, deadline)?;
         let revision = revision(&answer).unwrap_or(0);
         if answer["succeeded"].as_bool() == Some(true) {
             return Ok(Take::Granted(revision));
@@ -340,7 +340,7 @@ impl EtcdBackend {
         let answer = self.call(
             "/v3/kv/range",
             json!({"key": b64(&lock)}),
-            Retry::Safe,
+            Resend::Safe,
             deadline,
         )?;
         Ok(answer["kvs"]
@@ -365,7 +365,7 @@ impl EtcdBackend {
         let answer = self.call(
             "/v3/lease/timetolive",
             json!({"ID": lease.to_string()}),
-            Retry::Safe,
+            Resend::Safe,
             deadline,
         )?;
         let ttl = number(&answer["TTL"]).unwrap_or(-1);
@@ -415,7 +415,7 @@ impl LockBackend for EtcdBackend {
                 "value": b64(&holding.value)}],
             "success": [{"request_delete_range": {"key": b64(&holding.name)}}],
         });
-        let answer = self.call("/v3/kv/txn", txn, Retry::Once, deadline);
+        let answer = self.call("/v3/kv/txn", txn, Resend::Once, deadline);
         // The etcd lease goes either way: nothing of ours is left on it.
         self.revoke(holding.held.lease, deadline);
         match answer?["succeeded"].as_bool() {
@@ -443,7 +443,7 @@ impl LockBackend for EtcdBackend {
                         "lease": held.lease.to_string()},
                 ],
             });
-            let answer = self.call("/v3/kv/txn", txn, Retry::Safe, deadline)?;
+            let answer = self.call("/v3/kv/txn", txn, Resend::Safe, deadline)?;
             if answer["succeeded"].as_bool() != Some(true) {
                 return Err(not_ours(lease.key()));
             }
@@ -458,7 +458,7 @@ impl LockBackend for EtcdBackend {
             "success": [{"request_put": {"key": name, "value": value,
                 "lease": fresh.lease.to_string()}}],
         });
-        let moved = match self.call("/v3/kv/txn", txn, Retry::Safe, deadline) {
+        let moved = match self.call("/v3/kv/txn", txn, Resend::Safe, deadline) {
             Ok(answer) => answer["succeeded"].as_bool() == Some(true),
             Err(error) => {
                 // Unknown: the key may be on either etcd lease now. Both end: the lease is
@@ -538,7 +538,7 @@ impl LockBackend for EtcdBackend {
                     "range_end": b64(&keys::range_end(&readers)), "prev_kv": true}},
             ],
         });
-        let answer = self.call("/v3/kv/txn", txn, Retry::Once, deadline)?;
+        let answer = self.call("/v3/kv/txn", txn, Resend::Once, deadline)?;
         let mut deleted = false;
         for response in answer["responses"].as_array().into_iter().flatten() {
             let gone = &response["response_delete_range"];

@@ -8,7 +8,7 @@
 //! transaction, when the stored value is below `fence + 1`. The etcd lease the record left is
 //! revoked after.
 
-use crate::gateway::{b64, number, unb64, Retry};
+use crate::gateway::{b64, number, unb64, Resend};
 use crate::EtcdBackend;
 use leasehold_core::records::{Record, RecordStore};
 use leasehold_core::{Key, Result, Ttl};
@@ -26,7 +26,7 @@ impl RecordStore for EtcdBackend {
         let answer = self.call(
             "/v3/kv/range",
             json!({"key": b64(&record_key(&self.prefix, key))}),
-            Retry::Safe,
+            Resend::Safe,
             self.call_deadline(),
         )?;
         let Some(kv) = answer["kvs"].as_array().and_then(|kvs| kvs.first()) else {
@@ -65,7 +65,7 @@ impl RecordStore for EtcdBackend {
         });
         // Sent twice, the second write finds the first one's equal fence and writes again: the
         // same record.
-        let answer = match self.call("/v3/kv/txn", txn, Retry::Safe, deadline) {
+        let answer = match self.call("/v3/kv/txn", txn, Resend::Safe, deadline) {
             Ok(answer) => answer,
             Err(error) => {
                 self.revoke(held.lease, deadline);

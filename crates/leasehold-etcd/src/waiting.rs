@@ -30,6 +30,7 @@
 
 use crate::gateway::HeldWatch;
 use crate::{EtcdBackend, Held, Holding, Take, Who};
+use leasehold_core::retry::Retry;
 use leasehold_core::wait::{Turn, Waiter, Wake, Woken};
 use leasehold_core::{Deadline, Error, Key, LeaseKind, RawLease, Result, Token, Ttl};
 use std::time::{Duration, Instant};
@@ -42,7 +43,7 @@ const PLACE_TTL: Duration = Duration::from_secs(3);
 const HEARTBEAT: Duration = Duration::from_secs(1);
 
 /// A failed watch is opened again after this pause (the next attempt goes to another member).
-const WATCH_RETRY: Duration = Duration::from_millis(20);
+const WATCH_AGAIN: Retry = Retry::steady(Duration::from_millis(20));
 
 /// What a waiter watches for a deletion: a key (or the range up to the second, exclusive), from
 /// a revision.
@@ -153,7 +154,7 @@ impl<'a> QueueWaiter<'a> {
             "/v3/kv/put",
             serde_json::json!({"key": crate::b64(&entry), "value": "",
                 "lease": lease.to_string(), "prev_kv": true}),
-            crate::Retry::Safe,
+            crate::Resend::Safe,
             self.deadline,
         );
         // The place is the entry's create_revision: this put's revision, or, when a first send
@@ -325,7 +326,7 @@ impl Waiter for QueueWaiter<'_> {
             Ok(false) => Ok(Woken::Quiet),
             Err(Error::Unavailable(_)) => {
                 // This member could not watch; the next attempt tries the next one.
-                std::thread::sleep(until.cap(WATCH_RETRY));
+                WATCH_AGAIN.start(until).pause();
                 Ok(Woken::Attempt)
             }
             Err(error) => Err(error),
