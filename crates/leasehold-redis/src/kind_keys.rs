@@ -70,6 +70,7 @@ impl SharedKeys {
             .key(&self.base.fence)
             .key(&self.shares)
             .key(&self.share_fences)
+            .key(&self.base.high_water)
             .arg(token.as_str())
             .arg(retention_ms);
         call

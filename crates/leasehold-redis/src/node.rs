@@ -607,7 +607,13 @@ impl Node {
             Mode::Last => ("last", Duration::from_millis(1), Duration::ZERO),
         };
         let call = ScriptCall::new(&ACQUIRE_SCRIPT)
-            .keys([&keys.lock, &keys.fence, &keys.queue, &keys.heartbeats])
+            .keys([
+                &keys.lock,
+                &keys.fence,
+                &keys.queue,
+                &keys.heartbeats,
+                &keys.high_water,
+            ])
             .arg(token.as_str())
             .arg(ttl.as_millis())
             .arg(mode)
@@ -731,7 +737,13 @@ impl Node {
         via: Via,
     ) -> std::result::Result<bool, Failure> {
         let call = ScriptCall::new(&RELEASE_SCRIPT)
-            .keys([&keys.lock, &keys.queue, &keys.heartbeats, &keys.fence])
+            .keys([
+                &keys.lock,
+                &keys.queue,
+                &keys.heartbeats,
+                &keys.fence,
+                &keys.high_water,
+            ])
             .arg(token.as_str())
             .arg(&keys.signal_prefix)
             .arg(&keys.signal_suffix)
@@ -758,7 +770,7 @@ impl Node {
         via: Via,
     ) -> std::result::Result<bool, Failure> {
         let call = ScriptCall::new(&EXTEND_SCRIPT)
-            .keys([&keys.lock, &keys.queue, &keys.heartbeats])
+            .keys([&keys.lock, &keys.queue, &keys.heartbeats, &keys.fence])
             .arg(token.as_str())
             .arg(ttl.as_millis())
             .arg(&keys.signal_prefix)

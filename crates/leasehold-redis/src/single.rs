@@ -219,7 +219,11 @@ impl RedisBackend {
     }
 
     fn keys(&self, key: &Key) -> RedisKeys {
-        RedisKeys::new(&self.prefix, key)
+        let keys = RedisKeys::new(&self.prefix, key);
+        if matches!(self.topology, Topology::Cluster(_)) {
+            return keys.in_cluster(&self.prefix);
+        }
+        keys
     }
 
     fn waiter_ttl(&self) -> Duration {
