@@ -222,7 +222,7 @@ impl<'a> Single<'a> {
         let signal_ttl = millis(self.signal_ttl);
         let (base, call) = match kind {
             LeaseKind::Shared => {
-                let k = SharedKeys::new(self.prefix, key);
+                let k = self.shared_keys(key);
                 let b = &k.base;
                 let call = ScriptCall::new(&SHARED_SETTLE_SCRIPT).keys([
                     &b.lock,
@@ -230,16 +230,20 @@ impl<'a> Single<'a> {
                     &b.heartbeats,
                     &k.shares,
                     &k.share_fences,
+                    &b.fence,
+                    &b.high_water,
                 ]);
                 (k.base, call)
             }
             LeaseKind::Permit(_) => {
-                let k = PermitKeys::new(self.prefix, key);
+                let k = self.permit_keys(key);
                 let call = ScriptCall::new(&PERMIT_SETTLE_SCRIPT).keys([
                     &k.holders,
                     &k.queue,
                     &k.heartbeats,
                     &k.size,
+                    &k.fence,
+                    &k.base.high_water,
                 ]);
                 (k.base, call)
             }

@@ -41,6 +41,8 @@
 //!   shares exist the lock key holds `#shared` (see `kind_keys.rs`) and expires exactly with the
 //!   last share, which is what lets the exclusive scripts stay as they are: they see a held key
 //!   with a PTTL.
+//! - `above_high_water.lua`: whether a fence key holds a value above the high-water (a 0.3
+//!   client's counter drawn since), which the settle scripts then leave to its own expiry.
 //! - `free_if_no_shares.lua`: the end of a shared acquire's look at a `#shared` key whose shares
 //!   all expired: the key is freed.
 //! - `join_or_renew.lua`: a refused `wait` attempt's place in a queue: it joins at the back, or
@@ -196,14 +198,17 @@ const SHARED_ACQUIRE: &str = concat!(
     include_str!("lua/shared_acquire.lua"),
 );
 
-/// KEYS: lock, queue, heartbeats, shares, share fences. ARGV: token, ttl ms (`0`: release),
+/// KEYS: lock, queue, heartbeats, shares, share fences, and on one server (not Redlock, whose
+/// fence keys are per-key counters) fence, fence high-water. ARGV: token, ttl ms (`0`: release),
 /// signal prefix, signal suffix, signal ttl ms. Release (ttl 0) or extend one share, only while it
 /// is unexpired; returns 1 if it was. Expired shares go too, the lock key's expiry follows the
 /// longest share left, and when that shortens (or the key is freed) the queue's head is woken,
-/// which blocks for the old remaining time at most.
+/// which blocks for the old remaining time at most. The fence key follows the lock key (unless it
+/// holds a 0.3 client's counter above the high-water, see `above_high_water.lua`).
 const SHARED_SETTLE: &str = concat!(
     include_str!("lua/shared/prelude.lua"),
     include_str!("lua/shared/share_helpers.lua"),
+    include_str!("lua/shared/above_high_water.lua"),
     include_str!("lua/shared_settle.lua"),
 );
 
@@ -282,12 +287,15 @@ const PERMIT_ACQUIRE: &str = concat!(
     include_str!("lua/permit_acquire.lua"),
 );
 
-/// KEYS: holders, queue, heartbeats, size. ARGV: token, ttl ms (`0`: release), signal prefix,
-/// signal suffix, signal ttl ms. Release or extend one permit while it is unexpired (1), else 0. A
-/// release, or an extend that brings the permit's expiry forward, wakes the queue's head. The size
-/// key lives as long as the holders' key, and goes with the last holder's release.
+/// KEYS: holders, queue, heartbeats, size, fence, fence high-water. ARGV: token, ttl ms (`0`:
+/// release), signal prefix, signal suffix, signal ttl ms. Release or extend one permit while it is
+/// unexpired (1), else 0. A release, or an extend that brings the permit's expiry forward, wakes
+/// the queue's head. The size key and the fence key live as long as the holders' key, and go with
+/// the last holder's release (a fence key above the high-water, a 0.3 client's counter, keeps its
+/// own expiry: see `above_high_water.lua`).
 const PERMIT_SETTLE: &str = concat!(
     include_str!("lua/shared/prelude.lua"),
+    include_str!("lua/shared/above_high_water.lua"),
     include_str!("lua/permit_settle.lua"),
 );
 

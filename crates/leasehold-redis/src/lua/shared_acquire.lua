@@ -10,7 +10,8 @@ if holder == '#shared' then
     redis.call('ZADD', r, now + ttl, token)
     local fence = draw_fence(f, KEYS[7], us, ttl, ARGV[8])
     redis.call('HSET', rf, token, string.format('%.0f', fence))
-    fit_shares(l, r, rf, now)
+    local _, left = fit_shares(l, r, rf, now)
+    redis.call('PEXPIRE', f, left)
     return {1, fence}
   end
   if free_if_no_shares(l, r, rf) then
@@ -30,7 +31,8 @@ if holder == nil or holder == '#shared' then
     redis.call('ZADD', r, now + ttl, token)
     local fence = draw_fence(f, KEYS[7], us, ttl, ARGV[8])
     redis.call('HSET', rf, token, string.format('%.0f', fence))
-    fit_shares(l, r, rf, now)
+    local _, left = fit_shares(l, r, rf, now)
+    redis.call('PEXPIRE', f, left)
     if head then
       redis.call('ZREM', q, token)
       redis.call('HDEL', h, token)
