@@ -29,8 +29,8 @@
 //! chosen so that it hashes to the slot, see `keys.rs`) is set to every fence drawn there and kept
 //! for the retention after the last draw, so it lives as long as the server is in use. The key's own
 //! fence `{prefix}{h}f:{key}` lives only with its lease: written with the lease's expiry, extended
-//! with it, deleted on release (for a shared lock or a semaphore, it follows the lock key or the
-//! holders' key); a resent acquire, restore, inspect and the grant to a waiter read it. A released
+//! with it, deleted on release (a force-release leaves it to expire with the lease; for a shared
+//! lock or a semaphore, it follows the lock key or the holders' key); a resent acquire, restore, inspect and the grant to a waiter read it. A released
 //! key leaves nothing behind, so the fence state is one key per server (per slot), not one per
 //! key ever locked. The key's own fence is still read when drawing: a counter a 0.3 client left
 //! under that name (same name, kept 24 h) is respected, so fences keep rising across an upgrade.
