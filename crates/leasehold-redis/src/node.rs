@@ -84,7 +84,8 @@ pub(crate) struct Node {
     settings: ConnectSettings,
     secrets: Secrets,
     blocks_fractionally: bool,
-    /// How long a key's fence counter is kept after its last acquisition (see the crate docs).
+    /// How long the fence high-water (Redlock: a key's fence counter) is kept after the last
+    /// acquisition that drew from it (see the crate docs).
     fence_retention: Duration,
     /// `replicas=N` and its `WAIT` timeout (see [`Node::set_replicas`]).
     replicas: u32,
@@ -95,8 +96,9 @@ pub(crate) struct Node {
     screen: Screen,
 }
 
-/// How long a fence counter outlives the key's last acquisition: the bound on how far a server's
-/// clock may step back without a fence going backwards (see the crate docs).
+/// How long the fence high-water (Redlock: a key's counter) outlives the last acquisition that drew
+/// from it: with no acquisition for that long, the clock alone orders the next fence (see the
+/// crate docs).
 pub(crate) const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
 impl fmt::Debug for Node {
@@ -440,7 +442,8 @@ impl Node {
         })
     }
 
-    /// How long fence counters are kept after a key's last acquisition (at least 1 ms).
+    /// How long the fence high-water and Redlock's counters are kept after their last draw (at
+    /// least 1 ms).
     pub(crate) fn set_fence_retention(&mut self, retention: Duration) {
         self.fence_retention = retention.max(Duration::from_millis(1));
     }
