@@ -7,6 +7,8 @@
 //!   socket (no client library); then `redis/cycle/profile.json`, what the cycle costs beside its
 //!   floor and where: the server's time (`INFO commandstats`) and this thread's CPU per cycle and per
 //!   pair of PINGs;
+//! - `redis/fresh_keys/memory.json`: what 20,000 fresh keys taken and released leave on the
+//!   server, per key (`DBSIZE` and `INFO memory`'s `used_memory`, before and after);
 //! - `redlock5/cycle` beside `SET NX PX` written to all five nodes before any answer is read, then `DEL`
 //!   likewise, from one thread; then `redlock5/cycle/profile.json`: the five servers' process CPU and
 //!   this process's, per cycle and per floor operation;
@@ -96,7 +98,56 @@ impl Raw {
     }
 }
 
+/// Fresh keys taken and released for the `redis/fresh_keys` row: enough that state kept per key
+/// ever taken dwarfs what is kept per server.
+const FRESH_KEYS: u32 = 20_000;
+
+/// A number from the reply to `INFO` or a command answering an integer (`:n`).
+fn info_number(reply: &str, field: &str) -> f64 {
+    reply
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in {reply:?}"))
+}
+
+/// What a released fresh key leaves on the server: `DBSIZE` and `INFO memory`'s `used_memory`
+/// before and after [`FRESH_KEYS`] fresh cycles on a server of their own, per key.
+fn fresh_keys_left() {
+    let server = RedisServer::start();
+    let lock = client(&server.url());
+    // One cycle first, so the connection pool and the loaded scripts are in the "before".
+    paired::fresh_cycle(&lock, "bench-fresh-warm", TTL)();
+    let measure = || {
+        (
+            info_number(&server.command(&[b"DBSIZE"]), ":"),
+            info_number(&server.command(&[b"INFO", b"memory"]), "used_memory:"),
+        )
+    };
+    let (keys_before, bytes_before) = measure();
+    let mut cycle = paired::fresh_cycle(&lock, "bench-fresh", TTL);
+    for _ in 0..FRESH_KEYS {
+        cycle();
+    }
+    let (keys_after, bytes_after) = measure();
+    let n = f64::from(FRESH_KEYS);
+    let (keys, bytes) = (
+        (keys_after - keys_before) / n,
+        (bytes_after - bytes_before) / n,
+    );
+    let json = format!(
+        "{{\"fresh_keys\": {FRESH_KEYS}, \"keys_left_per_key\": {keys:.4}, \
+         \"bytes_left_per_key\": {bytes:.2}, \"dbsize_after\": {keys_after}}}\n"
+    );
+    paired::save("redis/fresh_keys", "memory.json", &json);
+    println!(
+        "redis/fresh_keys: {FRESH_KEYS} fresh keys taken and released leave {keys:.4} keys and \
+         {bytes:.1} B each (DBSIZE {keys_before} -> {keys_after})"
+    );
+}
+
 fn single(c: &mut Criterion) {
+    fresh_keys_left();
     let server = RedisServer::start();
     let lock = client(&server.url());
     let mut conn = Raw::connect(&server);
@@ -112,7 +163,7 @@ fn single(c: &mut Criterion) {
     };
     let prefix = unique_key("bench-floor");
     let mut i = 0u64;
-    let set_del = || {
+    let mut set_del = || {
         i += 1;
         let key = format!("{prefix}:{i}");
         other.send(&[b"SET", key.as_bytes(), b"token", b"NX", b"PX", b"10000"]);
@@ -136,30 +187,49 @@ fn single(c: &mut Criterion) {
         "cycle_vs_set_del",
         SAMPLES,
         paired::fresh_cycle(&lock, "bench-cycle", TTL),
-        set_del,
+        &mut set_del,
     );
     g.finish();
 
     // Why the cycle is where it is beside its floor: the server's own time (Redis counts the
     // microseconds each command ran, scripts with what they call) and this thread's CPU, per cycle
     // and per pair of PINGs, over the same number of each.
-    let per_cycle = profile(&server, paired::fresh_cycle(&lock, "bench-profile", TTL));
+    let per_cycle = profile_top(
+        &server,
+        &["evalsha"],
+        paired::fresh_cycle(&lock, "bench-profile", TTL),
+    );
     let per_pair = profile(&server, || {
         for _ in 0..2 {
             conn.send(&[b"PING"]);
             conn.expect(b"+PONG\r\n");
         }
     });
+    // The plain lock's server time, over as many fresh keys: the floor of the server's share.
+    let per_plain = profile_top(&server, &["set", "evalsha"], set_del);
     let json = format!(
         "{{\"server_us_per_cycle\": {:.2}, \"client_cpu_us_per_cycle\": {:.2}, \
-         \"server_us_per_ping_pair\": {:.2}, \"client_cpu_us_per_ping_pair\": {:.2}}}\n",
-        per_cycle.0, per_cycle.1, per_pair.0, per_pair.1
+         \"server_us_per_ping_pair\": {:.2}, \"client_cpu_us_per_ping_pair\": {:.2}, \
+         \"server_us_per_set_del\": {:.2}, \"top_level_us_per_cycle\": {:.2}, \
+         \"top_level_us_per_set_del\": {:.2}}}\n",
+        per_cycle.0, per_cycle.1, per_pair.0, per_pair.1, per_plain.0, per_cycle.2, per_plain.2
     );
     paired::save("redis/cycle", "profile.json", &json);
     println!(
         "redis/cycle profile: server {:.1} µs and client CPU {:.1} µs per cycle; \
-         server {:.1} µs and client CPU {:.1} µs per 2 PINGs",
-        per_cycle.0, per_cycle.1, per_pair.0, per_pair.1
+         server {:.1} µs and client CPU {:.1} µs per 2 PINGs; server {:.1} µs per plain \
+         SET NX PX + compare-and-delete ({:.2}× the plain lock's server time); counting a \
+         script's calls once (top-level commands only): {:.1} µs per cycle, {:.1} µs per plain \
+         lock ({:.2}×)",
+        per_cycle.0,
+        per_cycle.1,
+        per_pair.0,
+        per_pair.1,
+        per_plain.0,
+        per_cycle.0 / per_plain.0,
+        per_cycle.2,
+        per_plain.2,
+        per_cycle.2 / per_plain.2
     );
 }
 
@@ -168,7 +238,16 @@ const PROFILED: u32 = 5_000;
 
 /// The server's time (`RedisServer::busy_usec`, reset first) and this thread's CPU
 /// time, in µs per run of `op`, over [`PROFILED`] runs.
-fn profile(server: &RedisServer, mut op: impl FnMut()) -> (f64, f64) {
+fn profile(server: &RedisServer, op: impl FnMut()) -> (f64, f64) {
+    let (busy, cpu, _) = profile_top(server, &[], op);
+    (busy, cpu)
+}
+
+/// [`profile`], and the time of the commands `top` only (`INFO commandstats`' usec of each), in µs
+/// per run: the commands `op` sends itself. Redis 7 lists a command a script calls under its own
+/// name too, and a script's usec includes its calls, so `busy_usec` counts a script's calls
+/// twice; the top-level commands' time counts them once.
+fn profile_top(server: &RedisServer, top: &[&str], mut op: impl FnMut()) -> (f64, f64, f64) {
     server.reset_stats();
     let cpu_before = thread_cpu();
     for _ in 0..PROFILED {
@@ -176,8 +255,23 @@ fn profile(server: &RedisServer, mut op: impl FnMut()) -> (f64, f64) {
     }
     let cpu = thread_cpu() - cpu_before;
     let usec = server.busy_usec();
+    let stats = server.command(&[b"INFO", b"commandstats"]);
+    let top_usec: f64 = top
+        .iter()
+        .filter_map(|name| {
+            let line = stats
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:")))?;
+            line.split("usec=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<f64>()
+                .ok()
+        })
+        .sum();
     let n = f64::from(PROFILED);
-    (usec / n, cpu.as_secs_f64() * 1e6 / n)
+    (usec / n, cpu.as_secs_f64() * 1e6 / n, top_usec / n)
 }
 
 /// The CPU time this thread has used.

@@ -9,8 +9,9 @@
 //!
 //! and then a namespace tag and the user key:
 //! - `base ‖ "l:" ‖ key`: the owner's token, with the lease's expiry;
-//! - `base ‖ "f:" ‖ key`: the fence counter (a hybrid logical clock; it expires after the fence
-//!   retention, see the crate docs);
+//! - `base ‖ "f:" ‖ key`: the fence of the key's live lease (written with the lease's expiry,
+//!   deleted on release; a 0.3 client's counter of the same name is still read, see the crate
+//!   docs);
 //! - `base ‖ "q:" ‖ key` and `base ‖ "h:" ‖ key`: the waiters' queue and their heartbeats (only
 //!   while someone waits; they expire);
 //! - `base ‖ "s:" ‖ token ‖ ":" ‖ key`: one waiter's wake-up list (the token has a fixed length,
@@ -18,6 +19,12 @@
 //! - `base ‖ "rq:" ‖ key` and `base ‖ "rh:" ‖ key`: Redlock's waiter ranking on each node;
 //! - `base ‖ "r:" ‖ key`: the key's record (a hash of fence, value and stamp, see `records.rs`);
 //! - other kinds of lease add tags of their own through [`namespaced`].
+//!
+//! One key is the server's, not a lease's: the fence high-water `prefix ‖ "{fences}"`, the last
+//! fence drawn on the server (see the crate docs). On a Cluster a script may touch the keys of one
+//! slot only, so there is one high-water per slot, `prefix ‖ "{fences:" ‖ n ‖ "}"`, with `n` the
+//! smallest number whose name hashes to the lease's slot ([`RedisKeys::in_cluster`]; the table of
+//! the 16,384 numbers is found by brute force over CRC16 once per prefix, in milliseconds).
 //!
 //! Why: a Redis Cluster hashes a key by the text between its first `{` and the first `}` after
 //! it (the *hash tag*), so every key of a lease lands in one slot and each script touches one
@@ -38,6 +45,8 @@
 
 use leasehold_core::{Error, Key, Result, Token};
 use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisKeys {
@@ -50,6 +59,65 @@ pub struct RedisKeys {
     pub signal_prefix: Vec<u8>,
     /// `":" ‖ key`
     pub signal_suffix: Vec<u8>,
+    /// The fence high-water this lease draws from: the server's ([`high_water`]), or its slot's
+    /// on a Cluster ([`RedisKeys::in_cluster`]).
+    pub high_water: Vec<u8>,
+}
+
+/// `prefix ‖ "{fences}"`: the fence high-water of one server (one node, or a Sentinel service).
+pub fn high_water(prefix: &str) -> Vec<u8> {
+    [prefix.as_bytes(), b"{fences}"].concat()
+}
+
+fn high_water_numbered(prefix: &str, n: u32) -> Vec<u8> {
+    [
+        prefix.as_bytes(),
+        b"{fences:",
+        n.to_string().as_bytes(),
+        b"}",
+    ]
+    .concat()
+}
+
+/// The fence high-water of Cluster slot `slot`: `prefix ‖ "{fences:" ‖ n ‖ "}"` for the smallest
+/// `n` whose name hashes to `slot`.
+pub fn high_water_in_slot(prefix: &str, slot: u16) -> Vec<u8> {
+    static TABLES: LazyLock<Mutex<HashMap<String, Arc<Vec<u32>>>>> =
+        LazyLock::new(|| Mutex::new(HashMap::new()));
+    let table = {
+        let mut tables = TABLES.lock().unwrap_or_else(|e| e.into_inner());
+        Arc::clone(
+            tables
+                .entry(prefix.to_owned())
+                .or_insert_with(|| Arc::new(slot_numbers(prefix))),
+        )
+    };
+    // A slot no number reaches can only be one no lease of this prefix is in (a prefix with a
+    // tag of its own puts every name in the same slot, which number 0 reaches).
+    let n = table[usize::from(slot % 16384)];
+    high_water_numbered(prefix, if n == u32::MAX { 0 } else { n })
+}
+
+/// For each slot, the smallest `n` whose numbered high-water name hashes there (`u32::MAX`: none
+/// below the search's end). About 170,000 names cover all 16,384 slots.
+fn slot_numbers(prefix: &str) -> Vec<u32> {
+    let mut table = vec![u32::MAX; 16384];
+    let mut left = table.len();
+    for n in 0..(1u32 << 22) {
+        // 65,536 names all in one slot: the prefix has a tag of its own, and that slot is all.
+        if n == 1 << 16 && left == table.len() - 1 {
+            break;
+        }
+        let s = usize::from(slot(&high_water_numbered(prefix, n)));
+        if table[s] == u32::MAX {
+            table[s] = n;
+            left -= 1;
+            if left == 0 {
+                break;
+            }
+        }
+    }
+    table
 }
 
 /// `prefix ‖ "{" ‖ 16 hex digits ‖ "}"`: what every Redis key of the lease of `key` starts with.
@@ -93,7 +161,14 @@ impl RedisKeys {
             heartbeats: make(b"h:"),
             signal_prefix,
             signal_suffix,
+            high_water: high_water(prefix),
         }
+    }
+
+    /// The same keys on a Cluster: the high-water is the lease's slot's.
+    pub fn in_cluster(mut self, prefix: &str) -> Self {
+        self.high_water = high_water_in_slot(prefix, self.slot());
+        self
     }
 
     /// The wake-up list of the waiter holding `token`.
@@ -232,6 +307,22 @@ mod tests {
         assert!(check_prefix_for_cluster("{}").is_err());
         assert!(check_prefix_for_cluster("a}{}").is_err());
         check_prefix_for_cluster("a}{x}{}").unwrap();
+    }
+
+    #[test]
+    fn every_slot_has_a_high_water_of_its_own() {
+        for prefix in ["leasehold:", ""] {
+            let table = slot_numbers(prefix);
+            assert!(table.iter().all(|&n| n != u32::MAX), "prefix {prefix:?}");
+        }
+        for prefix in ["leasehold:", "a{b", "{x}", "a}{"] {
+            for key in [&b"x"[..], b"y", b"{", b"\0\xff"] {
+                let keys = RedisKeys::new(prefix, &Key::new(key).unwrap()).in_cluster(prefix);
+                assert_eq!(slot(&keys.high_water), keys.slot(), "prefix {prefix:?}");
+                assert!(keys.high_water.starts_with(prefix.as_bytes()));
+            }
+        }
+        assert_eq!(high_water("p:"), b"p:{fences}");
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //!   restore). While shares exist the lock key `{prefix}l:{key}` holds `#shared` (never a token:
 //!   tokens are 32 hex digits) and expires with the last share, so the exclusive scripts, unchanged, see a held key;
 //! - `{prefix}ps:{key}`: the semaphore `key`'s holders, token → expiry ms on the server's clock;
-//!   `{prefix}pf:{key}` its fence counter, `{prefix}pq:{key}` and `{prefix}ph:{key}` its waiters'
+//!   `{prefix}pf:{key}` its last fence (expiring with the holders; fences are drawn from the
+//!   server's high-water, see the crate docs), `{prefix}pq:{key}` and `{prefix}ph:{key}` its waiters'
 //!   queue and heartbeats (single node); on Redlock nodes `{prefix}pn:{key}` (slot → token) and
 //!   `{prefix}pt:{key}` (token → slot) number the permits (see `redlock/kinds.rs`), and
 //!   `{prefix}px:{key}` sorts the taken slots, to find the lowest free one by rank;
@@ -70,6 +71,7 @@ impl SharedKeys {
             .key(&self.base.fence)
             .key(&self.shares)
             .key(&self.share_fences)
+            .key(&self.base.high_water)
             .arg(token.as_str())
             .arg(retention_ms);
         call

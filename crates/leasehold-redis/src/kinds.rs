@@ -168,6 +168,25 @@ fn asking(c: &mut Wire, via: Via) -> RedisResult<()> {
 }
 
 impl<'a> Single<'a> {
+    /// A lock's keys, drawing fences from the high-water of the node serving them (its slot's
+    /// on a Cluster, see `keys.rs`).
+    fn shared_keys(&self, key: &Key) -> SharedKeys {
+        let mut k = SharedKeys::new(self.prefix, key);
+        if matches!(self.topology, Topology::Cluster(_)) {
+            k.base = k.base.in_cluster(self.prefix);
+        }
+        k
+    }
+
+    /// A semaphore's keys, placed as [`Single::shared_keys`] places a lock's.
+    fn permit_keys(&self, key: &Key) -> PermitKeys {
+        let mut k = PermitKeys::new(self.prefix, key);
+        if matches!(self.topology, Topology::Cluster(_)) {
+            k.base = k.base.in_cluster(self.prefix);
+        }
+        k
+    }
+
     fn call_deadline(&self) -> Deadline {
         Deadline::for_call(self.settings.connect_timeout, self.settings.io_timeout)
     }
@@ -203,7 +222,7 @@ impl<'a> Single<'a> {
         let signal_ttl = millis(self.signal_ttl);
         let (base, call) = match kind {
             LeaseKind::Shared => {
-                let k = SharedKeys::new(self.prefix, key);
+                let k = self.shared_keys(key);
                 let b = &k.base;
                 let call = ScriptCall::new(&SHARED_SETTLE_SCRIPT).keys([
                     &b.lock,
@@ -211,16 +230,20 @@ impl<'a> Single<'a> {
                     &b.heartbeats,
                     &k.shares,
                     &k.share_fences,
+                    &b.fence,
+                    &b.high_water,
                 ]);
                 (k.base, call)
             }
             LeaseKind::Permit(_) => {
-                let k = PermitKeys::new(self.prefix, key);
+                let k = self.permit_keys(key);
                 let call = ScriptCall::new(&PERMIT_SETTLE_SCRIPT).keys([
                     &k.holders,
                     &k.queue,
                     &k.heartbeats,
                     &k.size,
+                    &k.fence,
+                    &k.base.high_water,
                 ]);
                 (k.base, call)
             }
@@ -289,7 +312,7 @@ impl<'a> Single<'a> {
     ) -> Result<Step> {
         match kind {
             LeaseKind::Shared => {
-                let k = SharedKeys::new(self.prefix, key);
+                let k = self.shared_keys(key);
                 let b = &k.base;
                 let keys = [
                     &b.lock,
@@ -298,6 +321,7 @@ impl<'a> Single<'a> {
                     &b.heartbeats,
                     &k.shares,
                     &k.share_fences,
+                    &b.high_water,
                 ];
                 let script = &SHARED_ACQUIRE_SCRIPT;
                 let acquire = Acquire {
@@ -309,8 +333,15 @@ impl<'a> Single<'a> {
                 self.run_acquire(&acquire, b, &keys, token, ttl, mode, deadline)
             }
             LeaseKind::Permit(permits) => {
-                let k = PermitKeys::new(self.prefix, key);
-                let keys = [&k.holders, &k.fence, &k.queue, &k.heartbeats, &k.size];
+                let k = self.permit_keys(key);
+                let keys = [
+                    &k.holders,
+                    &k.fence,
+                    &k.queue,
+                    &k.heartbeats,
+                    &k.size,
+                    &k.base.high_water,
+                ];
                 let acquire = Acquire {
                     script: &PERMIT_ACQUIRE_SCRIPT,
                     kind,
@@ -481,7 +512,7 @@ impl<'a> Single<'a> {
     /// between them. With `replicas=N`, a promote fewer replicas acknowledged is given back (the
     /// exclusive key released) and `Lost`, as an extend is: the lease no longer stands.
     pub(crate) fn try_promote(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
-        let k = SharedKeys::new(self.prefix, lease.key());
+        let k = self.shared_keys(lease.key());
         let b = &k.base;
         let token = lease.token();
         let signal_ttl = millis(self.signal_ttl);
@@ -496,6 +527,7 @@ impl<'a> Single<'a> {
                     &k.share_fences,
                     &b.queue,
                     &b.heartbeats,
+                    &b.high_water,
                 ])
                 .arg(token.as_str())
                 .arg(ttl.as_millis())
@@ -588,7 +620,7 @@ impl<'a> Single<'a> {
     }
 
     pub(crate) fn restore(&self, key: &Key, token: Token) -> Result<RawLease> {
-        let k = SharedKeys::new(self.prefix, key);
+        let k = self.shared_keys(key);
         let sent = Instant::now();
         let deadline = self.call_deadline();
         let reply = self.topology.run_standing(

@@ -4,7 +4,7 @@
 //! `redlock/fence.rs` and `redlock/fanout.rs`).
 //!
 //! A lease is a Redis key holding the owner's random token with a millisecond expiry. Acquire is
-//! one Lua script (SET NX PX plus the key's next fence, or the holder's PTTL on conflict),
+//! one Lua script (SET NX PX plus the lease's fence, or the holder's PTTL on conflict),
 //! release is compare-and-delete, extend is compare-and-PEXPIRE; scripts are loaded at connect,
 //! sent by SHA (EVALSHA) and reloaded on NOSCRIPT. Keys and tokens travel only as KEYS/ARGV.
 //!
@@ -23,23 +23,40 @@
 //! past the holder's remaining TTL, so a crashed holder's expiry is noticed on time. See
 //! `single.rs` and `scripts.rs` for the details.
 //!
-//! Fences: a hybrid logical clock per key, drawn inside the acquire script: `fence = max(stored +
-//! 1, server time in µs)` (from `TIME`), stored back in the key's counter `{prefix}f:{key}`. While
-//! the counter lives, fences rise by `stored + 1` whatever the clock does. When it is lost — the
-//! server restarted without persistence, a failover to a replica that missed the last write, an
-//! eviction — or has expired, the server's clock takes over, and it is past every fence the lost
-//! counter held: a fence is never ahead of the clock that made it (a script cannot run twice in one
-//! microsecond). Fences are about 1.7 × 10^15 today (µs since 1970): never 0, not consecutive, far
-//! inside `u64` (and exact in Lua's doubles until the year 2255).
+//! Fences: a hybrid logical clock per server (per hash slot on a Cluster), drawn inside the acquire
+//! script: `fence = max(high-water + 1, the key's own fence + 1, server time in µs)` (from `TIME`).
+//! The high-water `{prefix}{fences}` (on a Cluster one per slot, `{prefix}{fences:N}` with `N`
+//! chosen so that it hashes to the slot, see `keys.rs`) is set to every fence drawn there and kept
+//! for the retention after the last draw, so it lives as long as the server is in use. The key's own
+//! fence `{prefix}{h}f:{key}` lives only with its lease: written with the lease's expiry, extended
+//! with it, deleted on release (a force-release leaves it to expire with the lease; for a shared
+//! lock or a semaphore, it follows the lock key or the holders' key); a resent acquire, restore, inspect and the grant to a waiter read it. A released
+//! key leaves nothing behind, so the fence state is one key per server (per slot), not one per
+//! key ever locked. The key's own fence is still read when drawing: a counter a 0.3 client left
+//! under that name (same name, kept 24 h) is respected, so fences keep rising across an upgrade.
 //!
-//! The counter expires 24 h after the key's last acquisition
-//! (the retention, [`RedisBackend::with_fence_retention`]), so a key locked
-//! once leaves nothing behind for longer than that. The bound, in full: **fences keep increasing as
-//! long as the server's clock never steps back by more than the time since the key's last fence
-//! when the counter is lost (a restart takes seconds), and by no more than the retention (24 h) in
-//! all while the counter lives.** On failover, the promoted replica's clock must agree with the old
-//! master's to within the failover time. Clocks kept by NTP (which slews rather than steps) are far
-//! inside both. Redlock rounds the clock part to 10 ms so its nodes agree (see `redlock/fence.rs`).
+//! While the high-water lives, fences rise by `+ 1` whatever the clock does. When it is lost —
+//! the server restarted without persistence, a failover to a replica that missed the last write,
+//! an eviction — or has expired, the server's clock takes over, and it is past every fence the
+//! lost high-water held: a fence is never ahead of the clock that made it (a script cannot run
+//! twice in one microsecond). Fences are about 1.7 × 10^15 today (µs since 1970): never 0, not
+//! consecutive, far inside `u64` (and exact in Lua's doubles until the year 2255).
+//!
+//! The high-water expires 24 h after the last acquisition on the server (the retention,
+//! [`RedisBackend::with_fence_retention`]). The bound, in full: **fences keep increasing as long
+//! as the server's clock never steps back by more than the time since the key's last fence when
+//! the high-water is lost (a restart takes seconds) or expires (a day without any acquisition on
+//! the server, or the slot).** That is at least 0.3's tolerance, whose counter per key expired 24 h
+//! after that key's last acquisition: the high-water is refreshed by every key's. On failover, the
+//! promoted replica's clock must agree with the old master's to within the failover time. Clocks
+//! kept by NTP (which slews rather than steps) are far inside both.
+//!
+//! Redlock keeps a fence counter per key on each node (`f:`, kept the retention after the key's
+//! last acquisition) and rounds the clock part to 10 ms so its nodes agree (see
+//! `redlock/fence.rs`): its claim rule is per key (a node whose counter already reached the fence
+//! asked for answers a value above it, never that fence), and a node-wide high-water would be
+//! moved past the asked fence by every other key's draws there, so nodes would seldom agree and
+//! rounds would be repeated.
 //!
 //! Layout, for reuse by Redlock (N independent nodes, `node.rs`): [`keys`] (where a lease lives),
 //! `scripts` (the Lua), `connection` (opening connections: timeouts, AUTH, db, TLS), `node` (one
@@ -64,9 +81,10 @@
 //!   acquire then holds the key under a token nobody has, until its TTL.
 //! - Run Redis with `maxmemory-policy noeviction` (an evicting policy drops exactly the expiring
 //!   lock keys): a node whose `INFO memory` shows another policy under a memory limit is refused
-//!   (`eviction.rs`) unless the URL says `allow_eviction=true`. Fence counters
-//!   (`{prefix}f:{key}`) expire after the fence retention: one small key per key locked in the
-//!   last 24 h. A waiter's signal list (`{prefix}s:{token}:{key}`) holds at
+//!   (`eviction.rs`) unless the URL says `allow_eviction=true`. Fence state is the high-water,
+//!   one small key per server (per Cluster slot used), expiring after the fence retention; a key's
+//!   own fence goes with its lease (Redlock nodes keep a counter per key locked in the last 24 h).
+//!   A waiter's signal list (`{prefix}s:{token}:{key}`) holds at
 //!   most one entry (a wake-up or a grant) and expires after connect + I/O timeout.
 //! - Bounds: each operation has one deadline (`acquire`: wait + connect + I/O; the others:
 //!   connect and I/O), and its pool checkout, connect, name lookup, resend on a stale connection, commands

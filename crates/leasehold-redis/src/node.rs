@@ -85,7 +85,8 @@ pub(crate) struct Node {
     settings: ConnectSettings,
     secrets: Secrets,
     blocks_fractionally: bool,
-    /// How long a key's fence counter is kept after its last acquisition (see the crate docs).
+    /// How long the fence high-water (Redlock: a key's fence counter) is kept after the last
+    /// acquisition that drew from it (see the crate docs).
     fence_retention: Duration,
     /// `replicas=N` and its `WAIT` timeout (see [`Node::set_replicas`]).
     replicas: u32,
@@ -96,8 +97,9 @@ pub(crate) struct Node {
     screen: Screen,
 }
 
-/// How long a fence counter outlives the key's last acquisition: the bound on how far a server's
-/// clock may step back without a fence going backwards (see the crate docs).
+/// How long the fence high-water (Redlock: a key's counter) outlives the last acquisition that drew
+/// from it: with no acquisition for that long, the clock alone orders the next fence (see the
+/// crate docs).
 pub(crate) const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
 impl fmt::Debug for Node {
@@ -441,7 +443,8 @@ impl Node {
         })
     }
 
-    /// How long fence counters are kept after a key's last acquisition (at least 1 ms).
+    /// How long the fence high-water and Redlock's counters are kept after their last draw (at
+    /// least 1 ms).
     pub(crate) fn set_fence_retention(&mut self, retention: Duration) {
         self.fence_retention = retention.max(Duration::from_millis(1));
     }
@@ -608,7 +611,13 @@ impl Node {
             Mode::Last => ("last", Duration::from_millis(1), Duration::ZERO),
         };
         let call = ScriptCall::new(&ACQUIRE_SCRIPT)
-            .keys([&keys.lock, &keys.fence, &keys.queue, &keys.heartbeats])
+            .keys([
+                &keys.lock,
+                &keys.fence,
+                &keys.queue,
+                &keys.heartbeats,
+                &keys.high_water,
+            ])
             .arg(token.as_str())
             .arg(ttl.as_millis())
             .arg(mode)
@@ -732,7 +741,13 @@ impl Node {
         via: Via,
     ) -> std::result::Result<bool, Failure> {
         let call = ScriptCall::new(&RELEASE_SCRIPT)
-            .keys([&keys.lock, &keys.queue, &keys.heartbeats, &keys.fence])
+            .keys([
+                &keys.lock,
+                &keys.queue,
+                &keys.heartbeats,
+                &keys.fence,
+                &keys.high_water,
+            ])
             .arg(token.as_str())
             .arg(&keys.signal_prefix)
             .arg(&keys.signal_suffix)
@@ -759,7 +774,7 @@ impl Node {
         via: Via,
     ) -> std::result::Result<bool, Failure> {
         let call = ScriptCall::new(&EXTEND_SCRIPT)
-            .keys([&keys.lock, &keys.queue, &keys.heartbeats])
+            .keys([&keys.lock, &keys.queue, &keys.heartbeats, &keys.fence])
             .arg(token.as_str())
             .arg(ttl.as_millis())
             .arg(&keys.signal_prefix)

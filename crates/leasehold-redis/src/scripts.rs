@@ -28,7 +28,8 @@
 //! calls, since Lua makes a closure for each `local function` it runs through, every call:
 //!
 //! - `prelude.lua`: the helpers most scripts start with (`clock`, `now_ms`, `fence_at`,
-//!   `next_fence`, `current_fence`, `live_head`, `wake`, `hand_over`). A waiter's signal list is
+//!   `next_fence`, `current_fence` for Redlock's per-key counters, `draw_fence` and `held_fence`
+//!   for one server's high-water, `live_head`, `wake`, `hand_over`). A waiter's signal list is
 //!   `ARGV[sig_prefix] .. token .. ARGV[sig_suffix]`: the name is built from arguments, never
 //!   from script text.
 //! - `redlock_gate.lua`: Redlock's guard against a node that lost its data (see
@@ -40,6 +41,8 @@
 //!   shares exist the lock key holds `#shared` (see `kind_keys.rs`) and expires exactly with the
 //!   last share, which is what lets the exclusive scripts stay as they are: they see a held key
 //!   with a PTTL.
+//! - `above_high_water.lua`: whether a fence key holds a value above the high-water (a 0.3
+//!   client's counter drawn since), which the settle scripts then leave to its own expiry.
 //! - `free_if_no_shares.lua`: the end of a shared acquire's look at a `#shared` key whose shares
 //!   all expired: the key is freed.
 //! - `join_or_renew.lua`: a refused `wait` attempt's place in a queue: it joins at the back, or
@@ -74,7 +77,8 @@
 use redis::Script;
 use std::sync::LazyLock;
 
-/// KEYS: lock, fence, queue, heartbeats. ARGV: token, ttl ms, mode (`try`, `wait` or `last`),
+/// KEYS: lock, fence, queue, heartbeats, fence high-water. ARGV: token, ttl ms, mode (`try`,
+/// `wait` or `last`),
 /// waiter ttl ms, signal prefix, signal suffix, signal ttl ms, fence retention ms, and in `wait`
 /// mode how many ms from now the caller still takes a grant (its wait's end less a margin; 0:
 /// none, wake it instead).
@@ -91,7 +95,8 @@ use std::sync::LazyLock;
 /// the script after a connection dropped mid-call, and the first send may have run; and a waiter
 /// that stopped listening may have been granted the key meanwhile.
 ///
-/// The fence is `max(stored + 1, server µs)`: see `fence_at` and the crate docs. With nobody
+/// The fence is `max(high-water + 1, the key's stored fence + 1, server µs)`, kept in the fence key
+/// for the lease's TTL: see `draw_fence` and the crate docs. With nobody
 /// queued, the script makes the calls of a plain SET NX lock and its fence, and reads the clock
 /// once (`acquire.lua`, before the prelude).
 const ACQUIRE: &str = concat!(
@@ -100,8 +105,9 @@ const ACQUIRE: &str = concat!(
     include_str!("lua/acquire_queued.lua"),
 );
 
-/// KEYS: lock, queue, heartbeats, fence. ARGV: token, signal prefix, signal suffix, signal ttl ms,
-/// fence retention ms. Compare-and-delete; with someone queued, the key is handed over to the
+/// KEYS: lock, queue, heartbeats, fence, fence high-water. ARGV: token, signal prefix, signal
+/// suffix, signal ttl ms, fence retention ms. Compare-and-delete (the lock and its fence key, which
+/// lives only with the lease); with someone queued, the key is handed over to the
 /// queue's head (see `hand_over`). Nobody queued: three calls, no clock (`release.lua`, before
 /// the prelude).
 const RELEASE: &str = concat!(
@@ -110,8 +116,8 @@ const RELEASE: &str = concat!(
     include_str!("lua/release_hand_over.lua"),
 );
 
-/// KEYS: lock, queue, heartbeats. ARGV: token, ttl ms, signal prefix, signal suffix, signal ttl ms.
-/// Compare-and-PEXPIRE. A shortened lease also wakes the head, which is blocked for the old, longer
+/// KEYS: lock, queue, heartbeats, fence. ARGV: token, ttl ms, signal prefix, signal suffix, signal
+/// ttl ms. Compare-and-PEXPIRE, of the fence key too (it lives as long as the lease). A shortened lease also wakes the head, which is blocked for the old, longer
 /// remaining time and must learn the new one.
 const EXTEND: &str = concat!(
     include_str!("lua/shared/prelude.lua"),
@@ -173,15 +179,15 @@ const REDLOCK_ACQUIRE: &str = concat!(
 /// round). Compare-and-delete; returns 1 if the key held the token.
 const REDLOCK_RELEASE: &str = include_str!("lua/redlock_release.lua");
 
-/// KEYS: lock, fence, queue, heartbeats, shares, share fences. ARGV: token, ttl ms, mode, waiter
-/// ttl ms, signal prefix, signal suffix, signal ttl ms, fence retention ms.
+/// KEYS: lock, fence, queue, heartbeats, shares, share fences, fence high-water. ARGV: token, ttl
+/// ms, mode, waiter ttl ms, signal prefix, signal suffix, signal ttl ms, fence retention ms.
 ///
 /// A shared grant when the key is free or shared and nobody is queued ahead (the queue is the
 /// exclusive lock's, FIFO for both kinds: a queued writer makes new readers wait, so a stream of
 /// readers never starves it). Replies as [`ACQUIRE`]. A reader granted from the queue's head
 /// wakes the next head: another reader joins at once, a writer finds the key held and waits on.
-/// The fence comes from the lock's own counter, so it orders readers and writers alike; it is kept
-/// per share for restore. A resent attempt that finds its share draws a fresh fence (the first
+/// The fence is drawn as an exclusive acquire draws it (`draw_fence`), so it orders readers and
+/// writers alike; it is kept per share for restore, and in the fence key for the share's TTL. A resent attempt that finds its share draws a fresh fence (the first
 /// send's was never seen).
 const SHARED_ACQUIRE: &str = concat!(
     include_str!("lua/shared/prelude.lua"),
@@ -192,24 +198,27 @@ const SHARED_ACQUIRE: &str = concat!(
     include_str!("lua/shared_acquire.lua"),
 );
 
-/// KEYS: lock, queue, heartbeats, shares, share fences. ARGV: token, ttl ms (`0`: release),
+/// KEYS: lock, queue, heartbeats, shares, share fences, and on one server (not Redlock, whose
+/// fence keys are per-key counters) fence, fence high-water. ARGV: token, ttl ms (`0`: release),
 /// signal prefix, signal suffix, signal ttl ms. Release (ttl 0) or extend one share, only while it
 /// is unexpired; returns 1 if it was. Expired shares go too, the lock key's expiry follows the
 /// longest share left, and when that shortens (or the key is freed) the queue's head is woken,
-/// which blocks for the old remaining time at most.
+/// which blocks for the old remaining time at most. The fence key follows the lock key (unless it
+/// holds a 0.3 client's counter above the high-water, see `above_high_water.lua`).
 const SHARED_SETTLE: &str = concat!(
     include_str!("lua/shared/prelude.lua"),
     include_str!("lua/shared/share_helpers.lua"),
+    include_str!("lua/shared/above_high_water.lua"),
     include_str!("lua/shared_settle.lua"),
 );
 
-/// KEYS: lock, fence, shares, share fences, queue, heartbeats. ARGV: token, ttl ms, fence
-/// retention ms, signal prefix, signal suffix, signal ttl ms.
+/// KEYS: lock, fence, shares, share fences, queue, heartbeats, fence high-water. ARGV: token, ttl
+/// ms, fence retention ms, signal prefix, signal suffix, signal ttl ms.
 ///
 /// Promotes the token's share to the exclusive lock when no other unexpired share is left: the
 /// lock key goes from `#shared` to the token with the TTL, the shares' keys are deleted (so the
 /// exclusive release and extend leave none behind), and a fence is drawn as an exclusive acquire
-/// draws it (`fence_at`), above every earlier grant. Returns `{1, fence}`; `{0, pttl}` while
+/// draws it (`draw_fence`), above every earlier grant. Returns `{1, fence}`; `{0, pttl}` while
 /// another share lives (nothing changed); `{-1, 0}` when the token holds no live share. A key
 /// already holding the token (a promote sent again after its first send ran) counts as promoted,
 /// with the current fence. When the key's expiry comes sooner than before, the queue's head is
@@ -236,9 +245,10 @@ const DEMOTE: &str = concat!(
     include_str!("lua/demote.lua"),
 );
 
-/// KEYS: lock, fence, shares, share fences. ARGV: token, fence retention ms. Whether the token
-/// holds the lock: `{1, fence, pttl}` exclusively, `{2, fence, ms left}` as a share, `{0, 0, 0}`
-/// not.
+/// KEYS: lock, fence, shares, share fences, fence high-water. ARGV: token, fence retention ms.
+/// Whether the token holds the lock: `{1, fence, pttl}` exclusively, `{2, fence, ms left}` as a
+/// share, `{0, 0, 0}` not. (An exclusive lease whose fence key is gone, as after a 0.3 client's
+/// extend, gets a new fence from the high-water.)
 const RESTORE: &str = concat!(
     include_str!("lua/shared/prelude.lua"),
     include_str!("lua/restore.lua"),
@@ -252,14 +262,16 @@ const FORCE_RELEASE: &str = concat!(
     include_str!("lua/force_release.lua"),
 );
 
-/// KEYS: lock, fence, queue, shares. Returns `{pttl, last fence or -1, waiters, holders, shared}`.
+/// KEYS: lock, fence, queue, shares. Returns `{pttl, the live lease's fence (or a 0.3 client's
+/// counter) or -1, waiters, holders, shared}`.
 const INSPECT_KINDS: &str = concat!(
     include_str!("lua/shared/prelude.lua"),
     include_str!("lua/inspect_kinds.lua"),
 );
 
-/// KEYS: holders, fence, queue, heartbeats, size. ARGV: token, ttl ms, mode, waiter ttl ms, signal
-/// prefix, signal suffix, signal ttl ms, fence retention ms, permits.
+/// KEYS: holders, fence, queue, heartbeats, size, fence high-water. ARGV: token, ttl ms, mode,
+/// waiter ttl ms, signal prefix, signal suffix, signal ttl ms, fence retention ms, permits. The
+/// fence is drawn as a lock's (`draw_fence`), kept in the fence key as long as the holders' key.
 ///
 /// A permit when fewer than `permits` (the caller's own) unexpired holders remain and nobody is
 /// queued ahead; expired holders (by the server's clock) are dropped first. Replies as
@@ -275,16 +287,20 @@ const PERMIT_ACQUIRE: &str = concat!(
     include_str!("lua/permit_acquire.lua"),
 );
 
-/// KEYS: holders, queue, heartbeats, size. ARGV: token, ttl ms (`0`: release), signal prefix,
-/// signal suffix, signal ttl ms. Release or extend one permit while it is unexpired (1), else 0. A
-/// release, or an extend that brings the permit's expiry forward, wakes the queue's head. The size
-/// key lives as long as the holders' key, and goes with the last holder's release.
+/// KEYS: holders, queue, heartbeats, size, fence, fence high-water. ARGV: token, ttl ms (`0`:
+/// release), signal prefix, signal suffix, signal ttl ms. Release or extend one permit while it is
+/// unexpired (1), else 0. A release, or an extend that brings the permit's expiry forward, wakes
+/// the queue's head. The size key and the fence key live as long as the holders' key, and go with
+/// the last holder's release (a fence key above the high-water, a 0.3 client's counter, keeps its
+/// own expiry: see `above_high_water.lua`).
 const PERMIT_SETTLE: &str = concat!(
     include_str!("lua/shared/prelude.lua"),
+    include_str!("lua/shared/above_high_water.lua"),
     include_str!("lua/permit_settle.lua"),
 );
 
-/// KEYS: holders, fence. Returns `{holders, ms until the last expires or -2, last fence or -1}`.
+/// KEYS: holders, fence. Returns `{holders, ms until the last expires or -2, last fence (while a
+/// holder it was drawn for may live) or -1}`.
 const PERMIT_INSPECT: &str = concat!(
     include_str!("lua/shared/prelude.lua"),
     include_str!("lua/permit_inspect.lua"),

@@ -182,11 +182,11 @@ impl RedisBackend {
         self
     }
 
-    /// How long a key's fence counter is kept after its last acquisition (default
-    /// `DEFAULT_FENCE_RETENTION`, 24 h; at least 1 ms). Fences keep increasing
-    /// whatever the retention; it bounds how far the server's clock may step back without a fence
-    /// going backwards, and how long a key's counter stays in Redis after its last lease (see the
-    /// crate docs).
+    /// How long the server's fence high-water (one per slot on a Cluster) is kept after the last
+    /// acquisition on it (default `DEFAULT_FENCE_RETENTION`, 24 h; at least 1 ms). Fences keep
+    /// increasing whatever the retention; after that long without any acquisition the server's
+    /// clock alone orders the next fence, so it bounds how far the clock may step back unnoticed
+    /// (see the crate docs). A key's own fence goes with its lease, whatever the retention.
     pub fn with_fence_retention(mut self, retention: Duration) -> Self {
         self.topology
             .set_fence_retention(retention.max(Duration::from_millis(1)));
@@ -219,7 +219,11 @@ impl RedisBackend {
     }
 
     fn keys(&self, key: &Key) -> RedisKeys {
-        RedisKeys::new(&self.prefix, key)
+        let keys = RedisKeys::new(&self.prefix, key);
+        if matches!(self.topology, Topology::Cluster(_)) {
+            return keys.in_cluster(&self.prefix);
+        }
+        keys
     }
 
     fn waiter_ttl(&self) -> Duration {

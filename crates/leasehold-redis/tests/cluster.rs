@@ -166,3 +166,54 @@ fn status_names_the_masters() {
     let text = backend.topology();
     assert!(text.starts_with("cluster of 3 masters"), "{text}");
 }
+
+/// How many keys lie under `prefix` on the masters, and how many of them are fence high-waters
+/// (`prefix{fences:N}`), counted by each master itself.
+fn keys_under(prefix: &str) -> (usize, usize) {
+    let script = b"local all = redis.call('KEYS', ARGV[1] .. '*') local hw = 0 \
+                   for _, k in ipairs(all) do \
+                   if string.sub(k, 1, #ARGV[1] + 8) == ARGV[1] .. '{fences:' then hw = hw + 1 end end \
+                   return {#all, hw}";
+    let (mut all, mut high_waters) = (0, 0);
+    for node in cluster().nodes() {
+        if !node.command(&[b"ROLE"]).contains("master") {
+            continue;
+        }
+        let reply = node.command(&[b"EVAL", script, b"0", prefix.as_bytes()]);
+        let numbers: Vec<usize> = reply
+            .lines()
+            .filter_map(|l| l.strip_prefix(':'))
+            .filter_map(|v| v.trim().parse().ok())
+            .collect();
+        all += numbers[0];
+        high_waters += numbers[1];
+    }
+    (all, high_waters)
+}
+
+#[test]
+fn fresh_keys_leave_one_high_water_per_slot_used() {
+    // A prefix of its own, so the other tests' keys on this cluster are not counted.
+    let prefix = "fresh-fences:";
+    let url = cluster().url_with(&format!("prefix={prefix}"));
+    let c = client(&url);
+    let n = 2_000;
+    let mut slots = std::collections::HashSet::new();
+    for i in 0..n {
+        let key = format!("fresh-{i}");
+        slots.insert(RedisKeys::new(prefix, &Key::new(key.as_bytes()).unwrap()).slot());
+        let first = c.try_acquire(&key, Duration::from_secs(30)).unwrap();
+        let fence = first.fence();
+        first.release().unwrap();
+        let again = c.try_acquire(&key, Duration::from_secs(30)).unwrap();
+        assert!(again.fence() > fence, "{} after {fence}", again.fence());
+        again.release().unwrap();
+    }
+    let (left, high_waters) = keys_under(prefix);
+    eprintln!(
+        "{n} fresh keys over {} slots left {left} keys, {high_waters} of them high-waters",
+        slots.len()
+    );
+    assert_eq!(left, high_waters, "nothing but high-waters");
+    assert_eq!(left, slots.len(), "one high-water per slot used");
+}

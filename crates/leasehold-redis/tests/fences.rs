@@ -1,6 +1,7 @@
-//! Fences that never go backwards when Redis loses data (a hybrid logical clock: `max(stored + 1,
-//! server µs)`) and fence counters that expire instead of piling up. (A key that already holds our
-//! token getting its expiry reset when it is granted again is `node.rs`'s test.)
+//! Fences that never go backwards when Redis loses data (a hybrid logical clock: `max(high-water
+//! + 1, the key's stored fence + 1, server µs)`), and fence state bounded per server: a released
+//! key leaves nothing, the server keeps one high-water. (A key that already holds our token getting
+//! its expiry reset when it is granted again is `node.rs`'s test.)
 
 mod common;
 
@@ -66,7 +67,7 @@ fn fences_keep_rising_when_the_server_restarts_without_persistence_mid_run() {
         fences.len() > 20,
         "acquisitions before and after the restart"
     );
-    assert!(common::dbsize(&server) <= 1, "only the counter left");
+    assert!(common::dbsize(&server) <= 1, "only the high-water left");
 }
 
 #[test]
@@ -99,32 +100,127 @@ fn redlock_fences_keep_rising_when_every_node_restarts_empty() {
     );
 }
 
+/// The server's µs clock (`TIME`).
+fn server_us(server: &RedisServer) -> u64 {
+    let reply = server.command(&[b"TIME"]);
+    let parts: Vec<u64> = reply
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    parts[0] * 1_000_000 + parts[1]
+}
+
 #[test]
-fn fresh_keys_leave_only_expiring_fence_counters() {
+fn fresh_keys_leave_only_the_servers_high_water() {
     let server = RedisServer::start();
     let client = common::client(&server.url());
-    let n = 2000;
+    let n = 20_000;
     let started = Instant::now();
+    let mut last = 0;
     for i in 0..n {
         let lease = client
             .try_acquire(format!("fresh-{i}"), LONG)
             .expect("a fresh key is free");
+        assert!(lease.fence() > last, "{} after {last}", lease.fence());
+        last = lease.fence();
         lease.release().unwrap();
     }
     eprintln!("{n} fresh-key cycles took {:?}", started.elapsed());
     let left = common::dbsize(&server);
-    let counters = common::count_keys(&server, "leasehold:{*}f:*");
     let lasting = keys_without_expiry(&server);
-    eprintln!("after {n} fresh-key cycles: {left} keys, {counters} fence counters, {lasting} without expiry");
-    assert_eq!(left, n, "one counter per key, nothing else");
-    assert_eq!(counters, n);
-    assert_eq!(lasting, 0, "every fence counter expires");
-    let fresh = leasehold_core::Key::new(b"fresh-0").unwrap();
-    let ttl = pttl(&server, &RedisKeys::new("leasehold:", &fresh).fence);
+    eprintln!("after {n} fresh-key cycles: {left} keys, {lasting} without expiry");
+    assert_eq!(left, 1, "the high-water, nothing per key");
+    assert_eq!(common::count_keys(&server, "leasehold:{fences}"), 1);
+    assert_eq!(lasting, 0, "the high-water expires too");
+    let ttl = pttl(&server, b"leasehold:{fences}");
     assert!(
         ttl > 23 * 3600 * 1000 && ttl <= 24 * 3600 * 1000,
-        "retention 24 h, got {ttl} ms"
+        "retention 24 h after the last draw, got {ttl} ms"
     );
+    let stored = server.command(&[b"GET", b"leasehold:{fences}"]);
+    assert!(stored.contains(&last.to_string()), "{stored:?} vs {last}");
+}
+
+#[test]
+fn a_held_keys_fence_lives_with_its_lease() {
+    let server = RedisServer::start();
+    let client = common::client(&server.url());
+    let fresh = leasehold_core::Key::new(b"held").unwrap();
+    let fence_key = RedisKeys::new("leasehold:", &fresh).fence;
+    let mut lease = client.try_acquire("held", Duration::from_secs(5)).unwrap();
+    // Bounds that no pause of this process can break: at most the TTL it was given, and after the
+    // extend more than the first TTL could ever leave.
+    let ttl = pttl(&server, &fence_key);
+    assert!(ttl > 0 && ttl <= 5000, "the lease's TTL, got {ttl} ms");
+    lease.extend(LONG).unwrap();
+    let ttl = pttl(&server, &fence_key);
+    assert!(
+        ttl > 5000 && ttl <= 30_000,
+        "extended with it, got {ttl} ms"
+    );
+    assert_eq!(client.inspect("held").unwrap().fence, Some(lease.fence()));
+    lease.release().unwrap();
+    assert_eq!(pttl(&server, &fence_key), -2, "gone with the release");
+    assert_eq!(common::dbsize(&server), 1);
+}
+
+#[test]
+fn fences_keep_rising_when_the_high_water_is_deleted() {
+    let server = RedisServer::start();
+    let client = common::client(&server.url());
+    let mut last = 0;
+    for i in 0..200 {
+        // A fresh key every time: nothing of the key's own is left to order it.
+        let lease = client.try_acquire(format!("hw-gone-{i}"), LONG).unwrap();
+        assert!(lease.fence() > last, "{} after {last}", lease.fence());
+        last = lease.fence();
+        lease.release().unwrap();
+        if i % 3 == 0 {
+            server.command(&[b"DEL", b"leasehold:{fences}"]);
+        }
+        let again = client.try_acquire(format!("hw-gone-{i}"), LONG).unwrap();
+        assert!(again.fence() > last, "{} after {last}", again.fence());
+        last = again.fence();
+        again.release().unwrap();
+    }
+}
+
+#[test]
+fn a_leftover_counter_of_an_older_client_is_respected() {
+    let server = RedisServer::start();
+    let client = common::client(&server.url());
+    let key = leasehold_core::Key::new(b"upgraded").unwrap();
+    let fence_key = RedisKeys::new("leasehold:", &key).fence;
+    // A 0.3 client's counter, an hour ahead of this server's clock (it was drawn before the clock
+    // stepped back), with its 24 h retention.
+    let ahead = server_us(&server) + 3_600_000_000;
+    server.command(&[
+        b"SET",
+        &fence_key,
+        ahead.to_string().as_bytes(),
+        b"PX",
+        b"86400000",
+    ]);
+    let first = client.try_acquire("upgraded", LONG).unwrap();
+    let first_fence = first.fence();
+    assert!(first_fence > ahead, "{first_fence} after {ahead}");
+    first.release().unwrap();
+    // Its release took the key's fence away; the high-water carries the order, to this key and
+    // to every other.
+    for key in ["upgraded", "another"] {
+        let next = client.try_acquire(key, LONG).unwrap();
+        assert!(
+            next.fence() > first_fence,
+            "{} after {first_fence}",
+            next.fence()
+        );
+        next.release().unwrap();
+    }
+    // An older client's counter below the high-water changes nothing.
+    server.command(&[b"SET", &fence_key, b"5", b"PX", b"86400000"]);
+    let last = client.try_acquire("upgraded", LONG).unwrap();
+    assert!(last.fence() > first_fence + 1);
+    last.release().unwrap();
 }
 
 #[test]

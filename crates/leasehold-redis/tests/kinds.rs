@@ -357,7 +357,7 @@ fn a_writer_gets_in_when_the_last_live_share_expires() {
 }
 
 /// One script call per operation on the uncontended path, and nothing left behind but the
-/// fence counters once the last lease is gone.
+/// server's fence high-water once the last lease is gone.
 #[test]
 fn one_round_trip_each_and_bounded_state() {
     let server = RedisServer::start();
@@ -377,7 +377,7 @@ fn one_round_trip_each_and_bounded_state() {
     p.release().unwrap();
     assert_eq!(
         common::dbsize(&server),
-        2,
-        "only the lock's and the semaphore's fence counters remain"
+        1,
+        "only the server's fence high-water remains"
     );
 }

@@ -106,8 +106,8 @@ fn db_number_and_prefix_isolate_keys() {
     );
     assert_eq!(
         common::dbsize(&server),
-        4,
-        "db 0 holds two locks and two fences; db 3 the rest"
+        6,
+        "db 0 holds two locks, their fences and each prefix's fence high-water; db 3 the rest"
     );
     for lease in held {
         lease.release().unwrap();

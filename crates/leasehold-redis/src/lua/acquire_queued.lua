@@ -1,11 +1,11 @@
 
 if holder == token then
   redis.call('PEXPIRE', l, ARGV[2])
-  return {1, current_fence(f, ARGV[8])}
+  return {1, held_fence(f, KEYS[5], ARGV[2], ARGV[8])}
 end
 local us, now = clock()
 if not holder then
-  local head, granted = hand_over(l, f, q, h, us, now, token, ARGV[5], ARGV[6], ARGV[7], ARGV[8])
+  local head, granted = hand_over(l, f, KEYS[5], q, h, us, now, token, ARGV[5], ARGV[6], ARGV[7], ARGV[8])
   if head == nil or head == token then
     redis.call('SET', l, token, 'PX', ARGV[2])
     if head then
@@ -13,7 +13,7 @@ if not holder then
       redis.call('HDEL', h, token, token .. '#t', token .. '#w')
       live_head(q, h, now)
     end
-    return {1, fence_at(f, us, 1, ARGV[8])}
+    return {1, draw_fence(f, KEYS[5], us, ARGV[2], ARGV[8])}
   end
   if granted then
     holder = head

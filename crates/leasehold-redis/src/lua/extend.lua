@@ -4,6 +4,7 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
 end
 local before = redis.call('PTTL', KEYS[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[4], ARGV[2])
 if before > tonumber(ARGV[2]) and redis.call('EXISTS', KEYS[2]) == 1 then
   local head = live_head(KEYS[2], KEYS[3], now_ms())
   if head then

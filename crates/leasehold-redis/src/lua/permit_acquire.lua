@@ -20,7 +20,7 @@ if redis.call('ZSCORE', s, token) then
     redis.call('PEXPIRE', s, ttl)
   end
   redis.call('SET', z, permits, 'PX', math.max(redis.call('PTTL', s), ttl))
-  return {1, fence_at(f, us, 1, ARGV[8])}
+  return {1, draw_fence(f, KEYS[6], us, redis.call('PTTL', s), ARGV[8])}
 end
 local head = nil
 if redis.call('EXISTS', q) == 1 then
@@ -41,7 +41,7 @@ if count < permits then
         wake(after, ARGV[5], ARGV[6], ARGV[7])
       end
     end
-    return {1, fence_at(f, us, 1, ARGV[8])}
+    return {1, draw_fence(f, KEYS[6], us, redis.call('PTTL', s), ARGV[8])}
   end
   wake(head, ARGV[5], ARGV[6], ARGV[7])
 end

@@ -15,6 +15,9 @@ if ttl > 0 then
   if redis.call('EXISTS', z) == 1 then
     redis.call('PEXPIRE', z, redis.call('PTTL', s))
   end
+  if not above_high_water(KEYS[5], KEYS[6]) then
+    redis.call('PEXPIRE', KEYS[5], redis.call('PTTL', s))
+  end
 end
 if (ttl == 0 or now + ttl < exp) and redis.call('EXISTS', q) == 1 then
   if ttl == 0 then
@@ -29,5 +32,8 @@ elseif ttl == 0 then
 end
 if ttl == 0 and redis.call('EXISTS', s) == 0 then
   redis.call('DEL', z)
+  if not above_high_water(KEYS[5], KEYS[6]) then
+    redis.call('DEL', KEYS[5])
+  end
 end
 return 1

@@ -1,7 +1,7 @@
 
 local l, f, r, rf, q, h = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local token, ttl = ARGV[1], tonumber(ARGV[2])
-local refused, fence, now = promote_check(l, f, r, token, 1, ARGV[3])
+local refused, fence, now = promote_check(l, f, r, token, 1, ARGV[3], KEYS[7], ttl)
 if refused then
   return refused
 end

@@ -3,7 +3,7 @@ local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   local left = redis.call('PTTL', KEYS[1])
   if left > 0 then
-    return {1, current_fence(KEYS[2], ARGV[2]), left}
+    return {1, held_fence(KEYS[2], KEYS[5], left, ARGV[2]), left}
   end
 elseif v == '#shared' then
   local exp = tonumber(redis.call('ZSCORE', KEYS[3], ARGV[1]) or '0')

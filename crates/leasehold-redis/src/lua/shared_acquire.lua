@@ -8,9 +8,10 @@ if holder == '#shared' then
   drop_expired_shares(r, rf, now)
   if redis.call('ZSCORE', r, token) then
     redis.call('ZADD', r, now + ttl, token)
-    local fence = fence_at(f, us, 1, ARGV[8])
+    local fence = draw_fence(f, KEYS[7], us, ttl, ARGV[8])
     redis.call('HSET', rf, token, string.format('%.0f', fence))
-    fit_shares(l, r, rf, now)
+    local _, left = fit_shares(l, r, rf, now)
+    redis.call('PEXPIRE', f, left)
     return {1, fence}
   end
   if free_if_no_shares(l, r, rf) then
@@ -28,9 +29,10 @@ if holder == nil or holder == '#shared' then
       redis.call('SET', l, '#shared', 'PX', ttl)
     end
     redis.call('ZADD', r, now + ttl, token)
-    local fence = fence_at(f, us, 1, ARGV[8])
+    local fence = draw_fence(f, KEYS[7], us, ttl, ARGV[8])
     redis.call('HSET', rf, token, string.format('%.0f', fence))
-    fit_shares(l, r, rf, now)
+    local _, left = fit_shares(l, r, rf, now)
+    redis.call('PEXPIRE', f, left)
     if head then
       redis.call('ZREM', q, token)
       redis.call('HDEL', h, token)

@@ -16,6 +16,13 @@ if ours then
 end
 drop_expired_shares(r, rf, now)
 local before, left = fit_shares(l, r, rf, now)
+if KEYS[6] and not above_high_water(KEYS[6], KEYS[7]) then
+  if left > 0 then
+    redis.call('PEXPIRE', KEYS[6], left)
+  else
+    redis.call('DEL', KEYS[6])
+  end
+end
 if left < before and redis.call('EXISTS', q) == 1 then
   local head = live_head(q, h, now)
   if head then

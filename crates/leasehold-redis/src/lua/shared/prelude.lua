@@ -36,6 +36,37 @@ local function current_fence(f, retention)
   end
   return next_fence(f, 1, retention)
 end
+-- The next fence of a lease on one server (one Cluster slot) at server time `us`: above the
+-- high-water `w` (the last fence drawn there, kept `retention` ms after each draw), above the
+-- key's own fence `f` (its live lease's, or a counter a 0.3 client left), and at least the clock
+-- in µs. `f` is set to it for `keep` ms, the lease's life (false: left as it is), so a key keeps
+-- nothing once its lease is over; the high-water alone carries the order from lease to lease.
+local function draw_fence(f, w, us, keep, retention)
+  local fence = tonumber(redis.call('GET', w) or '0') + 1
+  local own = tonumber(redis.call('GET', f) or '0') + 1
+  if own > fence then
+    fence = own
+  end
+  if us > fence then
+    fence = us
+  end
+  local text = string.format('%.0f', fence)
+  redis.call('SET', w, text, 'PX', retention)
+  if keep then
+    redis.call('SET', f, text, 'PX', keep)
+  end
+  return fence
+end
+-- The fence of the lease a key holds for us (a resent or retried attempt whose first send ran),
+-- kept `keep` ms from now with the lease; a new one if it is gone.
+local function held_fence(f, w, keep, retention)
+  local cur = redis.call('GET', f)
+  if cur then
+    redis.call('PEXPIRE', f, keep)
+    return tonumber(cur)
+  end
+  return draw_fence(f, w, (clock()), keep, retention)
+end
 -- The first waiter whose heartbeat has not lapsed, dropping lapsed ones on the way.
 local function live_head(q, h, now)
   while true do
@@ -65,7 +96,7 @@ end
 -- head whose wait has ended is dropped instead (it is giving up, and must never be left holding
 -- a key), and the next one is tried. A head that takes no grant (a shared lock's waiter) is woken
 -- to try for itself. Returns the head and whether it was granted; no head: nil.
-local function hand_over(l, f, q, h, us, now, caller, sig_prefix, sig_suffix, sig_ttl, retention)
+local function hand_over(l, f, w, q, h, us, now, caller, sig_prefix, sig_suffix, sig_ttl, retention)
   while true do
     local head = live_head(q, h, now)
     if head == nil or head == caller then
@@ -82,7 +113,7 @@ local function hand_over(l, f, q, h, us, now, caller, sig_prefix, sig_suffix, si
     redis.call('HDEL', h, head, head .. '#t', head .. '#w')
     if wait_end > now then
       redis.call('SET', l, head, 'PX', ttl)
-      local fence = fence_at(f, us, 1, retention)
+      local fence = draw_fence(f, w, us, ttl, retention)
       local s = sig_prefix .. head .. sig_suffix
       redis.call('DEL', s)
       redis.call('RPUSH', s, 'g' .. string.format('%.0f', fence))
