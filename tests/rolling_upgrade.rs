@@ -1,0 +1,196 @@
+//! A rolling upgrade from 0.3.0: while a deployment rolls, 0.3 clients (the 0.3.0 release's CLI, built
+//! from its commit: tests/support/old_release.rs) and this version's library hold the same keys on the
+//! same backend. On every backend 0.3.0 had, they must exclude each other both ways, fences must keep
+//! rising across the versions, and a table 0.3 created must work for both once this version has
+//! connected to it (tables migrate in place while 0.3 clients still use them).
+//!
+//! Per backend: 0.3 holds → 0.4 is refused, then gets the key once 0.3 released it; 0.4 holds → 0.3 is
+//! refused; ten alternations with rising fences; then 0.3 `run` processes and 0.4 threads contend
+//! for one key, each holder marking the critical section (a directory only one can create) and
+//! logging its fence, and the log must show no overlap and strictly rising fences.
+//!
+//! Each backend starts with a 0.3 client (which creates 0.3's tables), and only then is this version
+//! connected, as in a real rollout. etcd is new in 0.4 and has no 0.3 clients.
+
+#[path = "support/old_release.rs"]
+mod old_release;
+
+use leasehold::ErrorKind;
+use leasehold_testkit::{unique_key, MariaDbServer, PostgresServer, RedisServer, TempDir};
+use old_release::{OldCli, HELD_ELSEWHERE};
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+const TTL: Duration = Duration::from_secs(30);
+/// How long contenders wait for the key: far longer than the whole contention run, so running out of
+/// it means a waiter was never woken.
+const WAIT: Duration = Duration::from_secs(60);
+
+#[test]
+fn local_files() {
+    let locks = TempDir::new("upgrade-locks");
+    rolling_upgrade("file", &locks.file_url());
+}
+
+#[test]
+fn redis() {
+    let server = RedisServer::start();
+    rolling_upgrade("redis", &server.url());
+}
+
+#[test]
+fn postgres_advisory() {
+    rolling_upgrade("postgres advisory", &PostgresServer::shared().url());
+}
+
+#[test]
+fn postgres_table() {
+    let url = PostgresServer::shared().url_with("lock=table&table=upgrade_locks");
+    rolling_upgrade("postgres table", &url);
+}
+
+#[test]
+fn mysql_named() {
+    // Named mode keeps its TTLs and fences in `<table>_fences`, which 0.3 creates here.
+    let url = MariaDbServer::shared().url_with("table=upgrade_named");
+    rolling_upgrade("mysql named", &url);
+}
+
+#[test]
+fn mysql_table() {
+    let url = MariaDbServer::shared().url_with("lock=table&table=upgrade_locks");
+    rolling_upgrade("mysql table", &url);
+}
+
+fn rolling_upgrade(name: &str, url: &str) {
+    let work = TempDir::new("upgrade-work");
+    let old = OldCli::new(url);
+    let key = unique_key("upgrade");
+    let mut fences = Vec::new();
+
+    // 0.3 holds (and, on a table backend, has just created 0.3's tables); this version connects to
+    // them only now.
+    let holder = old.hold(&key, work.path());
+    fences.push(holder.fence);
+    let new = leasehold::connect(url).unwrap_or_else(|e| panic!("{name}: 0.4 connects: {e}"));
+    match new.try_acquire(&key, TTL) {
+        Ok(lease) => panic!(
+            "{name}: 0.4 took {key} (fence {}) while 0.3 held it (fence {})",
+            lease.fence(),
+            holder.fence
+        ),
+        Err(e) => assert_eq!(e.kind(), ErrorKind::NotAcquired, "{name}: {e}"),
+    }
+    holder.finish();
+    let lease = new
+        .try_acquire(&key, TTL)
+        .unwrap_or_else(|e| panic!("{name}: 0.4 after 0.3 released: {e}"));
+    fences.push(lease.fence());
+
+    // 0.4 holds: 0.3 is refused, without waiting.
+    let ran = old.run_once(&key, Duration::ZERO);
+    assert_eq!(
+        ran.code(),
+        Some(HELD_ELSEWHERE),
+        "{name}: 0.3 beside 0.4's lease (fence {}): {ran:?}",
+        lease.fence()
+    );
+    lease
+        .release()
+        .unwrap_or_else(|e| panic!("{name}: 0.4 releases: {e}"));
+
+    // Turns, one version after the other.
+    for _ in 0..10 {
+        let ran = old.run_once(&key, Duration::ZERO);
+        assert_eq!(ran.code(), Some(0), "{name}: 0.3's turn: {ran:?}");
+        fences.push(ran.fence.expect("0.3's command printed its fence"));
+        let lease = new
+            .try_acquire(&key, TTL)
+            .unwrap_or_else(|e| panic!("{name}: 0.4's turn: {e}"));
+        fences.push(lease.fence());
+        lease.release().expect("0.4 releases");
+    }
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "{name}: fences across 0.3 and 0.4 do not rise: {fences:?}"
+    );
+
+    contend(name, &old, &new, &key, work.path());
+    eprintln!("{name}: 0.3 and 0.4 exclude each other, fences {fences:?}");
+}
+
+/// Old `run` processes and new threads contend for `key`; every holder creates `mark` (a directory:
+/// only one can create it, so a second holder at once finds it) and appends its fence to `log`
+/// while it holds the key.
+fn contend(name: &str, old: &OldCli, new: &leasehold::Client, key: &str, work: &Path) {
+    const OLD_WORKERS: usize = 3;
+    const OLD_TURNS: usize = 5;
+    const NEW_WORKERS: usize = 2;
+    const NEW_TURNS: usize = 10;
+    let mark = work.join("holding");
+    let log = work.join("log");
+    fs::write(&log, "").expect("create the log");
+    let script = "if ! mkdir \"$MARK\" 2>/dev/null; then echo overlap >> \"$LOG\"; fi; \
+                  echo \"0.3 $LEASEHOLD_FENCE\" >> \"$LOG\"; sleep 0.01; rmdir \"$MARK\"";
+    std::thread::scope(|s| {
+        for _ in 0..OLD_WORKERS {
+            s.spawn(|| {
+                for _ in 0..OLD_TURNS {
+                    let ran = old.run_script(key, WAIT, script, &[("MARK", &mark), ("LOG", &log)]);
+                    assert_eq!(ran.code(), Some(0), "{name}: a contending 0.3 run: {ran:?}");
+                }
+            });
+        }
+        for _ in 0..NEW_WORKERS {
+            s.spawn(|| {
+                for _ in 0..NEW_TURNS {
+                    let lease = new
+                        .acquire(key, TTL, WAIT)
+                        .unwrap_or_else(|e| panic!("{name}: a contending 0.4 holder: {e}"));
+                    let mut line = String::new();
+                    if fs::create_dir(&mark).is_err() {
+                        line.push_str("overlap\n");
+                    }
+                    line.push_str(&format!("0.4 {}\n", lease.fence()));
+                    OpenOptions::new()
+                        .append(true)
+                        .open(&log)
+                        .and_then(|mut f| f.write_all(line.as_bytes()))
+                        .expect("append to the log");
+                    std::thread::sleep(Duration::from_millis(10));
+                    let _ = fs::remove_dir(&mark);
+                    lease
+                        .release()
+                        .unwrap_or_else(|e| panic!("{name}: a contending 0.4 release: {e}"));
+                }
+            });
+        }
+    });
+    let text = fs::read_to_string(&log).expect("read the log");
+    assert!(
+        !text.contains("overlap"),
+        "{name}: 0.3 and 0.4 held {key} at once:\n{text}"
+    );
+    let turns: Vec<(&str, u64)> = text
+        .lines()
+        .map(|line| {
+            let (who, fence) = line.split_once(' ').expect("version fence");
+            (who, fence.parse().expect("a numeric fence"))
+        })
+        .collect();
+    assert_eq!(
+        turns.len(),
+        OLD_WORKERS * OLD_TURNS + NEW_WORKERS * NEW_TURNS
+    );
+    assert!(
+        turns.windows(2).all(|w| w[0].1 < w[1].1),
+        "{name}: fences in the order the holders held do not rise:\n{text}"
+    );
+    let handoffs = turns.windows(2).filter(|w| w[0].0 != w[1].0).count();
+    eprintln!(
+        "{name}: {} turns under contention, {handoffs} handed between versions",
+        turns.len()
+    );
+}
