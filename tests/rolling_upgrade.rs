@@ -133,22 +133,28 @@ fn contend(name: &str, old: &OldCli, new: &leasehold::Client, key: &str, work: &
     let log = work.join("log");
     fs::write(&log, "").expect("create the log");
     let script = "if ! mkdir \"$MARK\" 2>/dev/null; then echo overlap >> \"$LOG\"; fi; \
-                  echo \"0.3 $LEASEHOLD_FENCE\" >> \"$LOG\"; sleep 0.01; rmdir \"$MARK\"";
-    std::thread::scope(|s| {
+                  echo \"0.3 $LEASEHOLD_FENCE\" >> \"$LOG\"; sleep 0.01; rmdir \"$MARK\" 2>/dev/null; true";
+    // Workers report failures instead of panicking, so that an overlap (which the other failures
+    // follow from) is what the test says first.
+    let failures: Vec<String> = std::thread::scope(|s| {
+        let mut workers = Vec::new();
         for _ in 0..OLD_WORKERS {
-            s.spawn(|| {
+            workers.push(s.spawn(|| -> Result<(), String> {
                 for _ in 0..OLD_TURNS {
                     let ran = old.run_script(key, WAIT, script, &[("MARK", &mark), ("LOG", &log)]);
-                    assert_eq!(ran.code(), Some(0), "{name}: a contending 0.3 run: {ran:?}");
+                    if ran.code() != Some(0) {
+                        return Err(format!("a contending 0.3 run: {ran:?}"));
+                    }
                 }
-            });
+                Ok(())
+            }));
         }
         for _ in 0..NEW_WORKERS {
-            s.spawn(|| {
+            workers.push(s.spawn(|| -> Result<(), String> {
                 for _ in 0..NEW_TURNS {
                     let lease = new
                         .acquire(key, TTL, WAIT)
-                        .unwrap_or_else(|e| panic!("{name}: a contending 0.4 holder: {e}"));
+                        .map_err(|e| format!("a contending 0.4 holder: {e}"))?;
                     let mut line = String::new();
                     if fs::create_dir(&mark).is_err() {
                         line.push_str("overlap\n");
@@ -158,21 +164,27 @@ fn contend(name: &str, old: &OldCli, new: &leasehold::Client, key: &str, work: &
                         .append(true)
                         .open(&log)
                         .and_then(|mut f| f.write_all(line.as_bytes()))
-                        .expect("append to the log");
+                        .map_err(|e| format!("append to the log: {e}"))?;
                     std::thread::sleep(Duration::from_millis(10));
                     let _ = fs::remove_dir(&mark);
                     lease
                         .release()
-                        .unwrap_or_else(|e| panic!("{name}: a contending 0.4 release: {e}"));
+                        .map_err(|e| format!("a contending 0.4 release: {e}"))?;
                 }
-            });
+                Ok(())
+            }));
         }
+        workers
+            .into_iter()
+            .filter_map(|w| w.join().expect("a worker panicked").err())
+            .collect()
     });
     let text = fs::read_to_string(&log).expect("read the log");
     assert!(
         !text.contains("overlap"),
         "{name}: 0.3 and 0.4 held {key} at once:\n{text}"
     );
+    assert!(failures.is_empty(), "{name}: {failures:#?}");
     let turns: Vec<(&str, u64)> = text
         .lines()
         .map(|line| {
