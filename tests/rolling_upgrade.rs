@@ -7,7 +7,9 @@
 //! Per backend: 0.3 holds → 0.4 is refused, then gets the key once 0.3 released it; 0.4 holds → 0.3 is
 //! refused; ten alternations with rising fences; then 0.3 `run` processes and 0.4 threads contend
 //! for one key, each holder marking the critical section (a directory only one can create) and
-//! logging its fence, and the log must show no overlap and strictly rising fences.
+//! logging its fence, and the log must show no overlap and strictly rising fences. Then shared leases
+//! (readers of both versions share a key, a writer of either excludes the other's readers) and a
+//! semaphore's permits (counted across the versions).
 //!
 //! Each backend starts with a 0.3 client (which creates 0.3's tables), and only then is this version
 //! connected, as in a real rollout. etcd is new in 0.4 and has no 0.3 clients.
@@ -27,44 +29,47 @@ const TTL: Duration = Duration::from_secs(30);
 /// How long contenders wait for the key: far longer than the whole contention run, so running out of
 /// it means a waiter was never woken.
 const WAIT: Duration = Duration::from_secs(60);
+/// The backend offers shared (read) leases.
+const SHARED: bool = true;
 
 #[test]
 fn local_files() {
     let locks = TempDir::new("upgrade-locks");
-    rolling_upgrade("file", &locks.file_url());
+    rolling_upgrade("file", &locks.file_url(), SHARED);
 }
 
 #[test]
 fn redis() {
     let server = RedisServer::start();
-    rolling_upgrade("redis", &server.url());
+    rolling_upgrade("redis", &server.url(), SHARED);
 }
 
 #[test]
 fn postgres_advisory() {
-    rolling_upgrade("postgres advisory", &PostgresServer::shared().url());
+    rolling_upgrade("postgres advisory", &PostgresServer::shared().url(), SHARED);
 }
 
 #[test]
 fn postgres_table() {
     let url = PostgresServer::shared().url_with("lock=table&table=upgrade_locks");
-    rolling_upgrade("postgres table", &url);
+    rolling_upgrade("postgres table", &url, SHARED);
 }
 
 #[test]
 fn mysql_named() {
     // Named mode keeps its TTLs and fences in `<table>_fences`, which 0.3 creates here.
     let url = MariaDbServer::shared().url_with("table=upgrade_named");
-    rolling_upgrade("mysql named", &url);
+    // A named lock is exclusive: shared leases are refused there, by 0.3 and by this version.
+    rolling_upgrade("mysql named", &url, !SHARED);
 }
 
 #[test]
 fn mysql_table() {
     let url = MariaDbServer::shared().url_with("lock=table&table=upgrade_locks");
-    rolling_upgrade("mysql table", &url);
+    rolling_upgrade("mysql table", &url, SHARED);
 }
 
-fn rolling_upgrade(name: &str, url: &str) {
+fn rolling_upgrade(name: &str, url: &str, shared: bool) {
     let work = TempDir::new("upgrade-work");
     let old = OldCli::new(url);
     let key = unique_key("upgrade");
@@ -118,6 +123,10 @@ fn rolling_upgrade(name: &str, url: &str) {
     );
 
     contend(name, &old, &new, &key, work.path());
+    if shared {
+        shared_leases(name, &old, &new, work.path());
+    }
+    semaphores(name, &old, &new, work.path());
     eprintln!("{name}: 0.3 and 0.4 exclude each other, fences {fences:?}");
 }
 
@@ -205,4 +214,89 @@ fn contend(name: &str, old: &OldCli, new: &leasehold::Client, key: &str, work: &
         "{name}: {} turns under contention, {handoffs} handed between versions",
         turns.len()
     );
+}
+
+fn refused(name: &str, what: &str, taken: leasehold::Result<leasehold::Lease>) {
+    match taken {
+        Ok(lease) => panic!("{name}: {what} (fence {})", lease.fence()),
+        Err(e) => assert_eq!(e.kind(), ErrorKind::NotAcquired, "{name}: {what}: {e}"),
+    }
+}
+
+/// Shared leases across the versions: readers of both share a key, a writer of either excludes the
+/// readers of the other.
+fn shared_leases(name: &str, old: &OldCli, new: &leasehold::Client, work: &Path) {
+    let key = unique_key("upgrade-shared");
+    let writer = old.hold(&key, work);
+    refused(
+        name,
+        "0.4 read beside 0.3's writer",
+        new.try_acquire_shared(&key, TTL),
+    );
+    writer.finish();
+
+    let reader = old.hold_as(&key, &["--shared"], work);
+    refused(
+        name,
+        "0.4 wrote beside 0.3's reader",
+        new.try_acquire(&key, TTL),
+    );
+    let lease = new
+        .try_acquire_shared(&key, TTL)
+        .unwrap_or_else(|e| panic!("{name}: 0.4 reads beside 0.3's reader: {e}"));
+    reader.finish();
+    let ran = old.run_once(&key, Duration::ZERO);
+    assert_eq!(
+        ran.code(),
+        Some(HELD_ELSEWHERE),
+        "{name}: 0.3 wrote beside 0.4's reader: {ran:?}"
+    );
+    let ran = old.run_once_as(&key, &["--shared"], Duration::ZERO);
+    assert_eq!(
+        ran.code(),
+        Some(0),
+        "{name}: 0.3 reads beside 0.4's reader: {ran:?}"
+    );
+    lease.release().expect("0.4's reader releases");
+
+    let lease = new
+        .try_acquire(&key, TTL)
+        .unwrap_or_else(|e| panic!("{name}: 0.4 writes once the readers left: {e}"));
+    let ran = old.run_once_as(&key, &["--shared"], Duration::ZERO);
+    assert_eq!(
+        ran.code(),
+        Some(HELD_ELSEWHERE),
+        "{name}: 0.3 read beside 0.4's writer: {ran:?}"
+    );
+    lease.release().expect("0.4's writer releases");
+}
+
+/// A semaphore's permits are counted across the versions: 0.3's and 0.4's holders together never
+/// exceed the size.
+fn semaphores(name: &str, old: &OldCli, new: &leasehold::Client, work: &Path) {
+    let key = unique_key("upgrade-semaphore");
+    let two = ["--permits", "2"];
+    let first = old.hold_as(&key, &two, work);
+    let second = new
+        .try_acquire_permit(&key, 2, TTL)
+        .unwrap_or_else(|e| panic!("{name}: 0.4's permit beside one of 0.3's: {e}"));
+    refused(
+        name,
+        "0.4 took a third permit of 2",
+        new.try_acquire_permit(&key, 2, TTL),
+    );
+    let ran = old.run_once_as(&key, &two, Duration::ZERO);
+    assert_eq!(
+        ran.code(),
+        Some(HELD_ELSEWHERE),
+        "{name}: 0.3 took a third permit of 2: {ran:?}"
+    );
+    first.finish();
+    let ran = old.run_once_as(&key, &two, Duration::ZERO);
+    assert_eq!(
+        ran.code(),
+        Some(0),
+        "{name}: 0.3's permit once one was free: {ran:?}"
+    );
+    second.release().expect("0.4's permit releases");
 }

@@ -195,10 +195,16 @@ impl OldCli {
     /// `leasehold run --wait WAIT KEY -- sh -c 'echo $LEASEHOLD_FENCE'`: one acquisition, held only
     /// for as long as the echo takes.
     pub fn run_once(&self, key: &str, wait: Duration) -> Ran {
+        self.run_once_as(key, &[], wait)
+    }
+
+    /// [`OldCli::run_once`] with `kind` among `run`'s options (`--shared`, `--permits N`).
+    pub fn run_once_as(&self, key: &str, kind: &[&str], wait: Duration) -> Ran {
         let output = self
             .command()
             .args(["run", "--ttl", "30s", "--wait"])
             .arg(format!("{}ms", wait.as_millis()))
+            .args(kind)
             .arg(key)
             .args(["--", "sh", "-c", "echo \"$LEASEHOLD_FENCE\""])
             .output()
@@ -239,6 +245,11 @@ impl OldCli {
     /// Starts `leasehold run KEY` holding the key until [`Holder::finish`]; returns once the
     /// command runs (the lease is ours), with the fence it was given.
     pub fn hold(&self, key: &str, work: &Path) -> Holder {
+        self.hold_as(key, &[], work)
+    }
+
+    /// [`OldCli::hold`] with `kind` among `run`'s options (`--shared`, `--permits N`).
+    pub fn hold_as(&self, key: &str, kind: &[&str], work: &Path) -> Holder {
         let fence_file = work.join(format!("fence-{}", leasehold_testkit::unique_key("h")));
         let go = work.join(format!("go-{}", leasehold_testkit::unique_key("h")));
         // The fence is written under a temporary name and renamed, so it is never read half-written.
@@ -247,6 +258,7 @@ impl OldCli {
         let child = self
             .command()
             .args(["run", "--ttl", "30s", "--wait", "0s"])
+            .args(kind)
             .arg(key)
             .args(["--", "sh", "-c", script])
             .env("FENCE", &fence_file)
