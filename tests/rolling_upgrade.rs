@@ -12,13 +12,16 @@
 //! semaphore's permits (counted across the versions).
 //!
 //! Each backend starts with a 0.3 client (which creates 0.3's tables), and only then is this version
-//! connected, as in a real rollout. etcd is new in 0.4 and has no 0.3 clients.
+//! connected, as in a real rollout. Redis runs as one server, Redlock, Cluster and Sentinel (their
+//! keys and scripts are laid out alike). etcd is new in 0.4 and has no 0.3 clients.
 
 #[path = "support/old_release.rs"]
 mod old_release;
 
 use leasehold::ErrorKind;
-use leasehold_testkit::{unique_key, MariaDbServer, PostgresServer, RedisServer, TempDir};
+use leasehold_testkit::{
+    unique_key, MariaDbServer, PostgresServer, RedisCluster, RedisSentinel, RedisServer, TempDir,
+};
 use old_release::{OldCli, HELD_ELSEWHERE};
 use std::fs::{self, OpenOptions};
 use std::io::Write;
@@ -42,6 +45,25 @@ fn local_files() {
 fn redis() {
     let server = RedisServer::start();
     rolling_upgrade("redis", &server.url(), SHARED);
+}
+
+#[test]
+fn redlock() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let hosts: Vec<String> = servers.iter().map(RedisServer::addr).collect();
+    rolling_upgrade("redlock", &format!("redlock://{}", hosts.join(",")), SHARED);
+}
+
+#[test]
+fn redis_cluster() {
+    let cluster = RedisCluster::start(3, 2000);
+    rolling_upgrade("redis cluster", &cluster.url(), SHARED);
+}
+
+#[test]
+fn redis_sentinel() {
+    let group = RedisSentinel::start(1, 3, 5000);
+    rolling_upgrade("redis sentinel", &group.url(), SHARED);
 }
 
 #[test]
