@@ -12,8 +12,8 @@
 //! semaphore's permits (counted across the versions).
 //!
 //! Each backend starts with a 0.3 client (which creates 0.3's tables), and only then is this version
-//! connected, as in a real rollout. Redis runs as one server, Redlock, Cluster and Sentinel (their
-//! keys and scripts are laid out alike). etcd is new in 0.4 and has no 0.3 clients.
+//! connected, as in a real rollout. Redis runs as one server and as Redlock, Cluster and Sentinel.
+//! etcd is new in 0.4 and has no 0.3 clients.
 
 #[path = "support/old_release.rs"]
 mod old_release;
