@@ -5,11 +5,19 @@
 //! connected to it (tables migrate in place while 0.3 clients still use them).
 //!
 //! Per backend: 0.3 holds → 0.4 is refused, then gets the key once 0.3 released it; 0.4 holds → 0.3 is
-//! refused; ten alternations with rising fences; then 0.3 `run` processes and 0.4 threads contend
-//! for one key, each holder marking the critical section (a directory only one can create) and
-//! logging its fence, and the log must show no overlap and strictly rising fences. Then shared leases
-//! (readers of both versions share a key, a writer of either excludes the other's readers) and a
-//! semaphore's permits (counted across the versions).
+//! refused; ten alternations with rising fences; the key's stored fence raised far past the clock
+//! before each version draws the next, so that each must read what the other stored, not merely rise
+//! with the clock (Redis one server, Cluster and Sentinel, PostgreSQL and MySQL: where the test can
+//! find the stored fence; not the local files' binary records nor Redlock's per-node fences); then
+//! 0.3 `run` processes and 0.4 threads contend for one key, each holder marking the critical section
+//! (a directory only one can create) and logging its fence, and the log must show no overlap and
+//! strictly rising fences. Then shared leases (readers of both versions share a key, a writer of
+//! either excludes the other's readers) and a semaphore's permits (counted across the versions).
+//!
+//! The raise adds 10^12 µs to a PostgreSQL fence sequence (advisory mode's `leasehold_fence`) for
+//! good: harmless, fences only rise, but note it on a server named by LEASEHOLD_TEST_POSTGRES_URL.
+//!
+//! Run time: about 10 s on 2 cores, once 0.3.0 is built (about 3 minutes, the first time).
 //!
 //! Each backend starts with a 0.3 client (which creates 0.3's tables), and only then is this version
 //! connected, as in a real rollout. Redis runs as one server and as Redlock, Cluster and Sentinel.
@@ -34,64 +42,84 @@ const TTL: Duration = Duration::from_secs(30);
 const WAIT: Duration = Duration::from_secs(60);
 /// The backend offers shared (read) leases.
 const SHARED: bool = true;
+/// How far a stored fence is raised: 11.6 days of microseconds, far past any clock's reading, so a
+/// fence above it was drawn from the stored one, not from the time.
+const RAISE: u64 = 1_000_000_000_000;
+
+/// Finds where the backend stores a key's last fence (by its value, `from`) and raises it to `to`;
+/// returns how many places held it.
+type Raise<'a> = &'a dyn Fn(u64, u64) -> usize;
 
 #[test]
 fn local_files() {
     let locks = TempDir::new("upgrade-locks");
-    rolling_upgrade("file", &locks.file_url(), SHARED);
+    // The local backend keeps its fences in binary records: no raise here.
+    rolling_upgrade("file", &locks.file_url(), SHARED, None);
 }
 
 #[test]
 fn redis() {
     let server = RedisServer::start();
-    rolling_upgrade("redis", &server.url(), SHARED);
+    let raise = |from, to| raise_in_redis(&[&server], from, to);
+    rolling_upgrade("redis", &server.url(), SHARED, Some(&raise));
 }
 
 #[test]
 fn redlock() {
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let hosts: Vec<String> = servers.iter().map(RedisServer::addr).collect();
-    rolling_upgrade("redlock", &format!("redlock://{}", hosts.join(",")), SHARED);
+    let url = format!("redlock://{}", hosts.join(","));
+    // Each node stores a fence of its own, not the one the quorum gave: no raise here.
+    rolling_upgrade("redlock", &url, SHARED, None);
 }
 
 #[test]
 fn redis_cluster() {
     let cluster = RedisCluster::start(3, 2000);
-    rolling_upgrade("redis cluster", &cluster.url(), SHARED);
+    let nodes: Vec<&RedisServer> = cluster.nodes().iter().collect();
+    let raise = |from, to| raise_in_redis(&nodes, from, to);
+    rolling_upgrade("redis cluster", &cluster.url(), SHARED, Some(&raise));
 }
 
 #[test]
 fn redis_sentinel() {
     let group = RedisSentinel::start(1, 3, 5000);
-    rolling_upgrade("redis sentinel", &group.url(), SHARED);
+    let servers: Vec<&RedisServer> = group.servers().iter().collect();
+    let raise = |from, to| raise_in_redis(&servers, from, to);
+    rolling_upgrade("redis sentinel", &group.url(), SHARED, Some(&raise));
 }
 
 #[test]
 fn postgres_advisory() {
-    rolling_upgrade("postgres advisory", &PostgresServer::shared().url(), SHARED);
+    let url = PostgresServer::shared().url();
+    let raise = |from, to| raise_in_postgres(&url, None, from, to);
+    rolling_upgrade("postgres advisory", &url, SHARED, Some(&raise));
 }
 
 #[test]
 fn postgres_table() {
     let url = PostgresServer::shared().url_with("lock=table&table=upgrade_locks");
-    rolling_upgrade("postgres table", &url, SHARED);
+    let raise = |from, to| raise_in_postgres(&url, Some("upgrade_locks"), from, to);
+    rolling_upgrade("postgres table", &url, SHARED, Some(&raise));
 }
 
 #[test]
 fn mysql_named() {
     // Named mode keeps its TTLs and fences in `<table>_fences`, which 0.3 creates here.
     let url = MariaDbServer::shared().url_with("table=upgrade_named");
+    let raise = |from, to| raise_in_mysql(&url, from, to);
     // A named lock is exclusive: shared leases are refused there, by 0.3 and by this version.
-    rolling_upgrade("mysql named", &url, !SHARED);
+    rolling_upgrade("mysql named", &url, !SHARED, Some(&raise));
 }
 
 #[test]
 fn mysql_table() {
     let url = MariaDbServer::shared().url_with("lock=table&table=upgrade_locks");
-    rolling_upgrade("mysql table", &url, SHARED);
+    let raise = |from, to| raise_in_mysql(&url, from, to);
+    rolling_upgrade("mysql table", &url, SHARED, Some(&raise));
 }
 
-fn rolling_upgrade(name: &str, url: &str, shared: bool) {
+fn rolling_upgrade(name: &str, url: &str, shared: bool, raise: Option<Raise<'_>>) {
     let work = TempDir::new("upgrade-work");
     let old = OldCli::new(url);
     let key = unique_key("upgrade");
@@ -143,6 +171,9 @@ fn rolling_upgrade(name: &str, url: &str, shared: bool) {
         fences.windows(2).all(|w| w[0] < w[1]),
         "{name}: fences across 0.3 and 0.4 do not rise: {fences:?}"
     );
+    if let Some(raise) = raise {
+        stored_fences(name, &old, &new, &key, raise);
+    }
 
     contend(name, &old, &new, &key, work.path());
     if shared {
@@ -321,4 +352,140 @@ fn semaphores(name: &str, old: &OldCli, new: &leasehold::Client, work: &Path) {
         "{name}: 0.3's permit once one was free: {ran:?}"
     );
     second.release().expect("0.4's permit releases");
+}
+
+/// Fences are drawn from the clock as well as from the stored fence, so rising fences alone do not
+/// show that one version reads the other's: a version that kept its fences apart would still give
+/// rising ones while the clock moves on between acquisitions. Here the stored fence is raised far
+/// past the clock before the other version draws the next.
+fn stored_fences(name: &str, old: &OldCli, new: &leasehold::Client, key: &str, raise: Raise<'_>) {
+    let raised = |fence: u64| -> u64 {
+        let to = fence + RAISE;
+        let found = raise(fence, to);
+        assert!(
+            found > 0,
+            "{name}: fence {fence} of {key} not found where it is stored"
+        );
+        to
+    };
+    let first = old
+        .run_once(key, Duration::ZERO)
+        .fence
+        .expect("0.3's fence");
+    // The raise reaches the fence 0.3 reads (else the next checks would test nothing).
+    let floor = raised(first);
+    let second = old
+        .run_once(key, Duration::ZERO)
+        .fence
+        .expect("0.3's fence");
+    assert!(
+        second > floor,
+        "{name}: 0.3 drew {second} after its stored fence was raised to {floor} (the raise missed)"
+    );
+    let floor = raised(second);
+    let lease = new
+        .try_acquire(key, TTL)
+        .unwrap_or_else(|e| panic!("{name}: 0.4 after the raise: {e}"));
+    let third = lease.fence();
+    lease.release().expect("0.4 releases");
+    assert!(
+        third > floor,
+        "{name}: 0.4 drew {third} after 0.3's stored fence was raised to {floor}: 0.4 does not read \
+         0.3's fences"
+    );
+    let floor = raised(third);
+    let fourth = old
+        .run_once(key, Duration::ZERO)
+        .fence
+        .expect("0.3's fence");
+    assert!(
+        fourth > floor,
+        "{name}: 0.3 drew {fourth} after 0.4's stored fence was raised to {floor}: 0.3 does not read \
+         0.4's fences"
+    );
+}
+
+/// Every string key holding `from`, on every server that takes the write (replicas refuse it).
+fn raise_in_redis(servers: &[&RedisServer], from: u64, to: u64) -> usize {
+    const SCRIPT: &str = "local n = 0 \
+        for _, k in ipairs(redis.call('KEYS', '*')) do \
+          if redis.call('TYPE', k).ok == 'string' and redis.call('GET', k) == ARGV[1] then \
+            redis.call('SET', k, ARGV[2], 'KEEPTTL') n = n + 1 \
+          end \
+        end \
+        return n";
+    let (from, to) = (from.to_string(), to.to_string());
+    servers
+        .iter()
+        .map(|server| {
+            let reply = server.command(&[
+                b"EVAL",
+                SCRIPT.as_bytes(),
+                b"0",
+                from.as_bytes(),
+                to.as_bytes(),
+            ]);
+            reply
+                .trim()
+                .strip_prefix(':')
+                .and_then(|n| n.parse::<usize>().ok())
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+/// PostgreSQL draws a fence as the greatest of the clock, the next value of a sequence (advisory
+/// mode's `leasehold_fence`, or the table's identity) and, in table mode, the key's row's fence + 1:
+/// the sequence is raised to `to`, and the rows of `table` holding `from`.
+fn raise_in_postgres(url: &str, table: Option<&str>, from: u64, to: u64) -> usize {
+    let base = url.split('?').next().expect("a URL");
+    let mut c = postgres::Client::connect(base, postgres::NoTls).expect("connect to PostgreSQL");
+    let (from, to) = (from as i64, to as i64);
+    let mut found = 0;
+    let sequence = match table {
+        Some(table) => {
+            found += c
+                .execute(
+                    &format!("UPDATE {table} SET fence = $2 WHERE fence = $1"),
+                    &[&from, &to],
+                )
+                .expect("raise the key's row") as usize;
+            c.query_one("SELECT pg_get_serial_sequence($1, 'fence')", &[&table])
+                .expect("the table's identity sequence")
+                .get(0)
+        }
+        None => "leasehold_fence".to_owned(),
+    };
+    found += c
+        .query(
+            &format!("SELECT setval('{sequence}', GREATEST(last_value, $1)) FROM {sequence}"),
+            &[&to],
+        )
+        .expect("raise the fence sequence")
+        .len();
+    found
+}
+
+/// Every `fence` column holding `from`.
+fn raise_in_mysql(url: &str, from: u64, to: u64) -> usize {
+    use mysql::prelude::Queryable;
+    let base = url.split('?').next().expect("a URL");
+    let opts = mysql::Opts::from_url(base).expect("a MySQL URL");
+    let mut c = mysql::Conn::new(opts).expect("connect to MariaDB");
+    let tables: Vec<String> = c
+        .query(
+            "SELECT CONCAT('`', TABLE_NAME, '`') FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = DATABASE() AND COLUMN_NAME = 'fence'",
+        )
+        .expect("list fence columns");
+    let mut found = 0;
+    for table in tables {
+        c.exec_drop(
+            format!("UPDATE {table} SET fence = ? WHERE fence = ?"),
+            (to, from),
+        )
+        .expect("raise a fence column");
+        found += c.affected_rows() as usize;
+    }
+    found
 }
