@@ -12,7 +12,8 @@
 //! 0.3 `run` processes and 0.4 threads contend for one key, each holder marking the critical section
 //! (a directory only one can create) and logging its fence, and the log must show no overlap and
 //! strictly rising fences. Then shared leases (readers of both versions share a key, a writer of
-//! either excludes the other's readers) and a semaphore's permits (counted across the versions).
+//! either excludes the other's readers), a semaphore's permits (counted across the versions), and
+//! `once` records (what one version ran or started, the other does not run again).
 //!
 //! The raise adds 10^12 µs to a PostgreSQL fence sequence (advisory mode's `leasehold_fence`) for
 //! good: harmless, fences only rise, but note it on a server named by LEASEHOLD_TEST_POSTGRES_URL.
@@ -180,6 +181,7 @@ fn rolling_upgrade(name: &str, url: &str, shared: bool, raise: Option<Raise<'_>>
         shared_leases(name, &old, &new, work.path());
     }
     semaphores(name, &old, &new, work.path());
+    once_records(name, &old, &new);
     eprintln!("{name}: 0.3 and 0.4 exclude each other, fences {fences:?}");
 }
 
@@ -488,4 +490,47 @@ fn raise_in_mysql(url: &str, from: u64, to: u64) -> usize {
         found += c.affected_rows() as usize;
     }
     found
+}
+
+type NoRecovery = fn(
+    leasehold::once::Incomplete,
+    &leasehold::Lease,
+) -> leasehold::Result<leasehold::once::Recovery>;
+
+/// `once` (idempotency keys) across the versions: what 0.3 ran is not run again by 0.4, and an
+/// attempt 0.4 started and never finished stops 0.3 (it exits 76) instead of running it again.
+fn once_records(name: &str, old: &OldCli, new: &leasehold::Client) {
+    let key = unique_key("upgrade-once");
+    let (ran, stdout) = old.once(&key, "echo ran-by-0.3; exit 3");
+    assert_eq!(ran.code(), Some(3), "{name}: 0.3's once: {ran:?}");
+    assert_eq!(stdout.trim(), "ran-by-0.3", "{name}");
+    let recorded = new
+        .once(
+            &key,
+            TTL,
+            Duration::ZERO,
+            Duration::from_secs(3600),
+            |_| panic!("{name}: 0.4 ran again what 0.3 ran once"),
+            None::<NoRecovery>,
+        )
+        .unwrap_or_else(|e| panic!("{name}: 0.4 reads 0.3's once record: {e}"));
+    assert!(
+        String::from_utf8_lossy(&recorded).contains("ran-by-0.3"),
+        "{name}: 0.4 read {recorded:?} for 0.3's record"
+    );
+
+    let key = unique_key("upgrade-once");
+    let lease = new
+        .once_lock(&key, TTL, Duration::ZERO)
+        .unwrap_or_else(|e| panic!("{name}: 0.4's once lock: {e}"));
+    lease
+        .once_started(Duration::from_secs(3600))
+        .unwrap_or_else(|e| panic!("{name}: 0.4 records a start: {e}"));
+    lease.release().expect("0.4 releases the once lock");
+    let (ran, stdout) = old.once(&key, "echo ran-by-0.3");
+    assert_eq!(
+        ran.code(),
+        Some(76),
+        "{name}: 0.3 beside 0.4's unfinished attempt: {ran:?}, printed {stdout:?}"
+    );
 }

@@ -242,6 +242,24 @@ impl OldCli {
         }
     }
 
+    /// `leasehold once KEY -- sh -c SCRIPT` (records kept an hour), and its standard output: the
+    /// command's, or the one recorded by an earlier call.
+    pub fn once(&self, key: &str, script: &str) -> (Ran, String) {
+        let output = self
+            .command()
+            .args(["once", "--ttl", "30s", "--wait", "0s", "--keep-for", "1h"])
+            .arg(key)
+            .args(["--", "sh", "-c", script])
+            .output()
+            .expect("run the 0.3.0 CLI");
+        let ran = Ran {
+            status: output.status,
+            fence: None,
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        };
+        (ran, String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
     /// Starts `leasehold run KEY` holding the key until [`Holder::finish`]; returns once the
     /// command runs (the lease is ours), with the fence it was given.
     pub fn hold(&self, key: &str, work: &Path) -> Holder {
