@@ -4,16 +4,17 @@
 //! rising across the versions, and a table 0.3 created must work for both once this version has
 //! connected to it (tables migrate in place while 0.3 clients still use them).
 //!
-//! Per backend: 0.3 holds → 0.4 is refused, then gets the key once 0.3 released it; 0.4 holds → 0.3 is
-//! refused; ten alternations with rising fences; the key's stored fence raised far past the clock
-//! before each version draws the next, so that each must read what the other stored, not merely rise
-//! with the clock (Redis one server, Cluster and Sentinel, PostgreSQL and MySQL: where the test can
-//! find the stored fence; not the local files' binary records nor Redlock's per-node fences); then
-//! 0.3 `run` processes and 0.4 threads contend for one key, each holder marking the critical section
-//! (a directory only one can create) and logging its fence, and the log must show no overlap and
-//! strictly rising fences. Then shared leases (readers of both versions share a key, a writer of
-//! either excludes the other's readers), a semaphore's permits (counted across the versions), and
-//! `once` records (what one version ran or started, the other does not run again).
+//! Per backend: 0.3 holds → 0.4 is refused, then gets the key once 0.3 released it; 0.4 holds → 0.3
+//! is refused (and 0.3's `status` shows 0.4's holder); ten alternations with rising fences; the key's
+//! stored fence raised far past the clock before each version draws the next, so that each must read
+//! what the other stored, not merely rise with the clock (Redis one server, Cluster and Sentinel,
+//! PostgreSQL and MySQL: where the test can find the stored fence; not the local files' binary
+//! records nor Redlock's per-node fences); then 0.3 `run` processes and 0.4 threads contend for one
+//! key, each holder marking the critical section (a directory only one can create) and logging its
+//! fence, and the log must show no overlap and strictly rising fences. Then shared leases (readers of
+//! both versions share a key, a writer of either excludes the other's readers), a semaphore's permits
+//! (counted across the versions), and `once` records (what one version ran or started, the other
+//! does not run again).
 //!
 //! The raise adds 10^12 µs to a PostgreSQL fence sequence (advisory mode's `leasehold_fence`) for
 //! good: harmless, fences only rise, but note it on a server named by LEASEHOLD_TEST_POSTGRES_URL.
@@ -151,6 +152,15 @@ fn rolling_upgrade(name: &str, url: &str, shared: bool, raise: Option<Raise<'_>>
         ran.code(),
         Some(HELD_ELSEWHERE),
         "{name}: 0.3 beside 0.4's lease (fence {}): {ran:?}",
+        lease.fence()
+    );
+    // An operator still on 0.3's CLI sees 0.4's holder, and its fence where the backend can tell.
+    let status: serde_json::Value =
+        serde_json::from_str(&old.status(&key)).expect("0.3's status prints JSON");
+    assert_eq!(status["held"], true, "{name}: 0.3's status: {status}");
+    assert!(
+        status["fence"].is_null() || status["fence"] == lease.fence(),
+        "{name}: 0.3's status beside 0.4's fence {}: {status}",
         lease.fence()
     );
     lease

@@ -260,6 +260,22 @@ impl OldCli {
         (ran, String::from_utf8_lossy(&output.stdout).into_owned())
     }
 
+    /// `leasehold status --json KEY`: what 0.3 tells an operator about the key.
+    pub fn status(&self, key: &str) -> String {
+        let output = self
+            .command()
+            .args(["status", "--json"])
+            .arg(key)
+            .output()
+            .expect("run the 0.3.0 CLI");
+        assert!(
+            output.status.success(),
+            "0.3.0's status of {key}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
     /// Starts `leasehold run KEY` holding the key until [`Holder::finish`]; returns once the
     /// command runs (the lease is ours), with the fence it was given.
     pub fn hold(&self, key: &str, work: &Path) -> Holder {
