@@ -422,12 +422,19 @@ fn stored_fences(name: &str, old: &OldCli, new: &leasehold::Client, key: &str, r
     );
 }
 
-/// Every string key holding `from`, on every server that takes the write (replicas refuse it).
+/// Every string key, and every field of a hash, holding `from`, on every server that takes the
+/// write (replicas refuse it). Found by value, so the test does not depend on the layout it checks.
 fn raise_in_redis(servers: &[&RedisServer], from: u64, to: u64) -> usize {
     const SCRIPT: &str = "local n = 0 \
         for _, k in ipairs(redis.call('KEYS', '*')) do \
-          if redis.call('TYPE', k).ok == 'string' and redis.call('GET', k) == ARGV[1] then \
+          local t = redis.call('TYPE', k).ok \
+          if t == 'string' and redis.call('GET', k) == ARGV[1] then \
             redis.call('SET', k, ARGV[2], 'KEEPTTL') n = n + 1 \
+          elseif t == 'hash' then \
+            local kv = redis.call('HGETALL', k) \
+            for i = 1, #kv, 2 do \
+              if kv[i + 1] == ARGV[1] then redis.call('HSET', k, kv[i], ARGV[2]) n = n + 1 end \
+            end \
           end \
         end \
         return n";
