@@ -19,8 +19,8 @@
 //! The raise adds 10^12 µs to a PostgreSQL fence sequence (advisory mode's `leasehold_fence`) for
 //! good: harmless, fences only rise, but note it on a server named by LEASEHOLD_TEST_POSTGRES_URL.
 //!
-//! Run time: 10–20 s on 2 cores (12–23 s in 30 runs beside two busy loops), once 0.3.0 is built (about 3
-//! minutes, the first time).
+//! Run time: 10–20 s on 2 cores (12–23 s in 30 runs beside two busy loops), once 0.3.0 is built
+//! (about 3 minutes, the first time).
 //!
 //! Each backend starts with a 0.3 client (which creates 0.3's tables), and only then is this version
 //! connected, as in a real rollout. Redis runs as one server and as Redlock, Cluster and Sentinel.
