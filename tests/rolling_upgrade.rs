@@ -5,16 +5,17 @@
 //! connected to it (tables migrate in place while 0.3 clients still use them).
 //!
 //! Per backend: 0.3 holds → 0.4 is refused, then gets the key once 0.3 released it; 0.4 holds → 0.3
-//! is refused (and 0.3's `status` shows 0.4's holder); ten alternations with rising fences; the key's
+//! is refused (and 0.3's `status` shows 0.4's holder); ten alternations with rising fences; then 0.3
+//! `run` processes and 0.4 threads contend for one key, each holder marking the critical section (a
+//! directory only one can create) and logging its fence, and the log must show no overlap and
+//! strictly rising fences. Then shared leases (readers of both versions share a key, a writer of
+//! either excludes the other's readers), a semaphore's permits (counted across the versions), and
+//! `once` records (what one version ran or started, the other does not run again). Last, the key's
 //! stored fence raised far past the clock before each version draws the next, so that each must read
-//! what the other stored, not merely rise with the clock (Redis one server, Cluster and Sentinel,
-//! PostgreSQL and MySQL: where the test can find the stored fence; not the local files' binary
-//! records nor Redlock's per-node fences); then 0.3 `run` processes and 0.4 threads contend for one
-//! key, each holder marking the critical section (a directory only one can create) and logging its
-//! fence, and the log must show no overlap and strictly rising fences. Then shared leases (readers of
-//! both versions share a key, a writer of either excludes the other's readers), a semaphore's permits
-//! (counted across the versions), and `once` records (what one version ran or started, the other
-//! does not run again).
+//! what the other stored, not merely rise with the clock (except 0.3 after a 0.4 release on Redis,
+//! which draws from the clock: see [`Stored`]), where the test can find the stored fence (Redis one
+//! server, Cluster and Sentinel, PostgreSQL and MySQL; not the local files' binary records nor
+//! Redlock's per-node fences). It comes last because a raised fence stays ahead of the clock.
 //!
 //! The raise adds 10^12 µs to a PostgreSQL fence sequence (advisory mode's `leasehold_fence`) for
 //! good: harmless, fences only rise, but note it on a server named by LEASEHOLD_TEST_POSTGRES_URL.
@@ -53,6 +54,16 @@ const RAISE: u64 = 1_000_000_000_000;
 /// returns how many places held it.
 type Raise<'a> = &'a dyn Fn(u64, u64) -> usize;
 
+/// Where the test can raise a key's stored fence, and whether 0.3 reads what this version stores
+/// there once its lease is released: PostgreSQL and MySQL keep a key's fence in one place both
+/// versions read; on Redis this version keeps a key's own fence only while a lease holds the key
+/// (its fences come from a high-water per server that 0.3 does not know), so after a 0.4 release a
+/// 0.3 client's next fence comes from the server's clock, as the CHANGELOG's upgrade note says.
+struct Stored<'a> {
+    raise: Raise<'a>,
+    old_reads_new: bool,
+}
+
 #[test]
 fn local_files() {
     let locks = TempDir::new("upgrade-locks");
@@ -64,7 +75,15 @@ fn local_files() {
 fn redis() {
     let server = RedisServer::start();
     let raise = |from, to| raise_in_redis(&[&server], from, to);
-    rolling_upgrade("redis", &server.url(), SHARED, Some(&raise));
+    rolling_upgrade(
+        "redis",
+        &server.url(),
+        SHARED,
+        Some(Stored {
+            raise: &raise,
+            old_reads_new: false,
+        }),
+    );
 }
 
 #[test]
@@ -82,7 +101,15 @@ fn redis_cluster() {
     let cluster = RedisCluster::start(3, 30_000);
     let nodes: Vec<&RedisServer> = cluster.nodes().iter().collect();
     let raise = |from, to| raise_in_redis(&nodes, from, to);
-    rolling_upgrade("redis cluster", &cluster.url(), SHARED, Some(&raise));
+    rolling_upgrade(
+        "redis cluster",
+        &cluster.url(),
+        SHARED,
+        Some(Stored {
+            raise: &raise,
+            old_reads_new: false,
+        }),
+    );
 }
 
 #[test]
@@ -91,21 +118,45 @@ fn redis_sentinel() {
     let group = RedisSentinel::start(1, 3, 30_000);
     let servers: Vec<&RedisServer> = group.servers().iter().collect();
     let raise = |from, to| raise_in_redis(&servers, from, to);
-    rolling_upgrade("redis sentinel", &group.url(), SHARED, Some(&raise));
+    rolling_upgrade(
+        "redis sentinel",
+        &group.url(),
+        SHARED,
+        Some(Stored {
+            raise: &raise,
+            old_reads_new: false,
+        }),
+    );
 }
 
 #[test]
 fn postgres_advisory() {
     let url = PostgresServer::shared().url();
     let raise = |from, to| raise_in_postgres(&url, None, from, to);
-    rolling_upgrade("postgres advisory", &url, SHARED, Some(&raise));
+    rolling_upgrade(
+        "postgres advisory",
+        &url,
+        SHARED,
+        Some(Stored {
+            raise: &raise,
+            old_reads_new: true,
+        }),
+    );
 }
 
 #[test]
 fn postgres_table() {
     let url = PostgresServer::shared().url_with("lock=table&table=upgrade_locks");
     let raise = |from, to| raise_in_postgres(&url, Some("upgrade_locks"), from, to);
-    rolling_upgrade("postgres table", &url, SHARED, Some(&raise));
+    rolling_upgrade(
+        "postgres table",
+        &url,
+        SHARED,
+        Some(Stored {
+            raise: &raise,
+            old_reads_new: true,
+        }),
+    );
 }
 
 #[test]
@@ -114,17 +165,33 @@ fn mysql_named() {
     let url = MariaDbServer::shared().url_with("table=upgrade_named");
     let raise = |from, to| raise_in_mysql(&url, from, to);
     // A named lock is exclusive: shared leases are refused there, by 0.3 and by this version.
-    rolling_upgrade("mysql named", &url, !SHARED, Some(&raise));
+    rolling_upgrade(
+        "mysql named",
+        &url,
+        !SHARED,
+        Some(Stored {
+            raise: &raise,
+            old_reads_new: true,
+        }),
+    );
 }
 
 #[test]
 fn mysql_table() {
     let url = MariaDbServer::shared().url_with("lock=table&table=upgrade_locks");
     let raise = |from, to| raise_in_mysql(&url, from, to);
-    rolling_upgrade("mysql table", &url, SHARED, Some(&raise));
+    rolling_upgrade(
+        "mysql table",
+        &url,
+        SHARED,
+        Some(Stored {
+            raise: &raise,
+            old_reads_new: true,
+        }),
+    );
 }
 
-fn rolling_upgrade(name: &str, url: &str, shared: bool, raise: Option<Raise<'_>>) {
+fn rolling_upgrade(name: &str, url: &str, shared: bool, raise: Option<Stored<'_>>) {
     // The default 1 s budgets for a connect and a round trip are what production wants; here they
     // made one run in ten fail (calls of several backends out of time at once) while two busy loops
     // and other builds stalled the 2 cores. This test is about what each version sees, not speed.
@@ -188,9 +255,6 @@ fn rolling_upgrade(name: &str, url: &str, shared: bool, raise: Option<Raise<'_>>
         fences.windows(2).all(|w| w[0] < w[1]),
         "{name}: fences across 0.3 and 0.4 do not rise: {fences:?}"
     );
-    if let Some(raise) = raise {
-        stored_fences(name, &old, &new, &key, raise);
-    }
 
     contend(name, &old, &new, &key, work.path());
     if shared {
@@ -198,6 +262,10 @@ fn rolling_upgrade(name: &str, url: &str, shared: bool, raise: Option<Raise<'_>>
     }
     semaphores(name, &old, &new, work.path());
     once_records(name, &old, &new);
+    // Last: a raised fence stays ahead of the clock on the server for the rest of the run.
+    if let Some(stored) = raise {
+        stored_fences(name, &old, &new, &key, stored);
+    }
     eprintln!("{name}: 0.3 and 0.4 exclude each other, fences {fences:?}");
 }
 
@@ -385,7 +453,8 @@ fn old_fence(name: &str, old: &OldCli, key: &str) -> u64 {
 /// show that one version reads the other's: a version that kept its fences apart would still give
 /// rising ones while the clock moves on between acquisitions. Here the stored fence is raised far
 /// past the clock before the other version draws the next.
-fn stored_fences(name: &str, old: &OldCli, new: &leasehold::Client, key: &str, raise: Raise<'_>) {
+fn stored_fences(name: &str, old: &OldCli, new: &leasehold::Client, key: &str, stored: Stored<'_>) {
+    let raise = stored.raise;
     let raised = |fence: u64| -> u64 {
         let to = fence + RAISE;
         let found = raise(fence, to);
@@ -414,6 +483,12 @@ fn stored_fences(name: &str, old: &OldCli, new: &leasehold::Client, key: &str, r
         "{name}: 0.4 drew {third} after 0.3's stored fence was raised to {floor}: 0.4 does not read \
          0.3's fences"
     );
+    // Where 0.3 does not read what 0.4 stores after a release, its next fence comes from the clock,
+    // which a raised fence stands ahead of as a clock stepped back would: the bound the upgrade
+    // note states, shown in order by the alternating turns before this.
+    if !stored.old_reads_new {
+        return;
+    }
     let floor = raised(third);
     let fourth = old_fence(name, old, key);
     assert!(
