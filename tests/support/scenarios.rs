@@ -856,7 +856,10 @@ pub fn etcd(seed: u64, duration: Duration) -> Setup {
 fn compact_now(cluster: &EtcdCluster) -> String {
     let revision_in = |body: &str| {
         let at = body.find("\"revision\":\"")? + "\"revision\":\"".len();
-        let digits: String = body[at..].chars().take_while(char::is_ascii_digit).collect();
+        let digits: String = body[at..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
         digits.parse::<u64>().ok()
     };
     for i in 0..cluster.members().len() {
