@@ -282,14 +282,7 @@ impl Advisory {
         what: &str,
         sql: impl Fn(i64) -> String,
     ) -> Result<()> {
-        let Some(mut held) = take_held(lease)? else {
-            return Err(gone("its session is gone"));
-        };
-        if held.dead {
-            lease.expire();
-            lease.state = Some(Box::new(held));
-            return Err(gone("a call on its session timed out"));
-        }
+        let mut held = take_live(lease)?;
         let promote = what == "promote";
         let sent = Instant::now();
         match held.conn.rows(&sql(held.id), pools.call()) {
@@ -896,6 +889,21 @@ fn take_held(lease: &mut RawLease) -> Result<Option<Held>> {
     Ok(Some(held))
 }
 
+/// The session of a lease that is to be used again (extend, promote, demote): gone, or dead after
+/// a timed-out call (its lease then expires, and the session stays with it for its release), is
+/// `Lost`.
+fn take_live(lease: &mut RawLease) -> Result<Held> {
+    let Some(held) = take_held(lease)? else {
+        return Err(gone("its session is gone"));
+    };
+    if held.dead {
+        lease.expire();
+        lease.state = Some(Box::new(held));
+        return Err(gone("a call on its session timed out"));
+    }
+    Ok(held)
+}
+
 /// Advisory locks: the lease lives in its session (waits in the server's lock queue; semaphores
 /// queue on an advisory lock and LISTEN at the head, `waiting.rs`).
 impl LockMode for Advisory {
@@ -1031,14 +1039,7 @@ impl LockMode for Advisory {
     }
 
     fn extend(&self, pools: &Pools, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
-        let Some(mut held) = take_held(lease)? else {
-            return Err(gone("its session is gone"));
-        };
-        if held.dead {
-            lease.expire();
-            lease.state = Some(Box::new(held));
-            return Err(gone("a call on its session timed out"));
-        }
+        let mut held = take_live(lease)?;
         // A live session still holds its session locks: only it could have unlocked them. So moving
         // its idle timeout is the whole of extend.
         let ms = ttl.as_millis().to_string();
