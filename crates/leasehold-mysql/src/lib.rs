@@ -227,23 +227,19 @@ impl LockBackend for MysqlBackend {
     }
 
     fn release(&self, lease: &mut RawLease) -> Result<()> {
-        let prefixed = lease.key().prefixed(&self.prefix);
-        self.mode.release(&self.pools, &prefixed, lease)
+        self.mode.release(&self.pools, &self.prefix, lease)
     }
 
     fn extend(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
-        let prefixed = lease.key().prefixed(&self.prefix);
-        self.mode.extend(&self.pools, &prefixed, lease, ttl)
+        self.mode.extend(&self.pools, &self.prefix, lease, ttl)
     }
 
     fn try_promote(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
-        let prefixed = lease.key().prefixed(&self.prefix);
-        self.mode.try_promote(&self.pools, &prefixed, lease, ttl)
+        self.mode.try_promote(&self.pools, &self.prefix, lease, ttl)
     }
 
     fn demote(&self, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
-        let prefixed = lease.key().prefixed(&self.prefix);
-        self.mode.demote(&self.pools, &prefixed, lease, ttl)
+        self.mode.demote(&self.pools, &self.prefix, lease, ttl)
     }
 
     fn inspect(&self, key: &Key, kind: LeaseKind) -> Result<KeyInfo> {

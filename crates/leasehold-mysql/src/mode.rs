@@ -4,7 +4,8 @@
 //!
 //! The backend (`lib.rs`) keeps what both modes share: the pools and the prefix. Each call goes to
 //! its mode without asking which mode it is. `prefixed` is `prefix ‖ key`, what every name and row
-//! key is derived from.
+//! key is derived from; the calls on a held lease get the prefix instead, so that named mode, which
+//! ends its session's lock without naming the key, builds nothing on its release or extend.
 
 use crate::session::Pools;
 use crate::Ask;
@@ -28,16 +29,16 @@ pub(crate) trait LockMode: Send + Sync {
         kind: LeaseKind,
         end: Instant,
     ) -> Result<Box<dyn Waiter + 'a>>;
-    fn release(&self, pools: &Pools, prefixed: &[u8], lease: &mut RawLease) -> Result<()>;
-    fn extend(&self, pools: &Pools, prefixed: &[u8], lease: &mut RawLease, ttl: Ttl) -> Result<()>;
+    fn release(&self, pools: &Pools, prefix: &str, lease: &mut RawLease) -> Result<()>;
+    fn extend(&self, pools: &Pools, prefix: &str, lease: &mut RawLease, ttl: Ttl) -> Result<()>;
     fn try_promote(
         &self,
         pools: &Pools,
-        prefixed: &[u8],
+        prefix: &str,
         lease: &mut RawLease,
         ttl: Ttl,
     ) -> Result<()>;
-    fn demote(&self, pools: &Pools, prefixed: &[u8], lease: &mut RawLease, ttl: Ttl) -> Result<()>;
+    fn demote(&self, pools: &Pools, prefix: &str, lease: &mut RawLease, ttl: Ttl) -> Result<()>;
     fn inspect(&self, pools: &Pools, prefixed: &[u8], kind: LeaseKind) -> Result<KeyInfo>;
     fn restore(&self, pools: &Pools, prefixed: &[u8], key: &Key, token: Token) -> Result<RawLease>;
     fn force_release(&self, pools: &Pools, prefixed: &[u8]) -> Result<bool>;

@@ -594,7 +594,7 @@ impl LockMode for Named {
 
     /// One round trip of two statements: the row cleared (whether the lease was still live read
     /// from the update's OK packet), then the lock released and the session's idle limit put back.
-    fn release(&self, pools: &Pools, _: &[u8], lease: &mut RawLease) -> Result<()> {
+    fn release(&self, pools: &Pools, _: &str, lease: &mut RawLease) -> Result<()> {
         let deadline = pools.call();
         lease.expire();
         let Some(mut held) = lease.take_state::<Held>() else {
@@ -647,7 +647,7 @@ impl LockMode for Named {
         }
     }
 
-    fn extend(&self, pools: &Pools, _: &[u8], lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+    fn extend(&self, pools: &Pools, _: &str, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
         let deadline = pools.call();
         let Some(held) = lease.state_mut::<Held>() else {
             lease.expire();
@@ -694,14 +694,14 @@ impl LockMode for Named {
         }
     }
 
-    fn try_promote(&self, _: &Pools, _: &[u8], _: &mut RawLease, _: Ttl) -> Result<()> {
+    fn try_promote(&self, _: &Pools, _: &str, _: &mut RawLease, _: Ttl) -> Result<()> {
         Err(Error::invalid(
             "the mysql-named backend cannot promote a shared lease (it has no shared locks): \
              use ?lock=table",
         ))
     }
 
-    fn demote(&self, _: &Pools, _: &[u8], _: &mut RawLease, _: Ttl) -> Result<()> {
+    fn demote(&self, _: &Pools, _: &str, _: &mut RawLease, _: Ttl) -> Result<()> {
         Err(Error::invalid(
             "the mysql-named backend cannot demote an exclusive lease (it has no shared \
              locks): use ?lock=table",

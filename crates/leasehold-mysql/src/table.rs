@@ -379,7 +379,8 @@ impl LockMode for Table {
         Ok(Table::waiter(self, pools, ask, kind, end))
     }
 
-    fn release(&self, pools: &Pools, prefixed: &[u8], lease: &mut RawLease) -> Result<()> {
+    fn release(&self, pools: &Pools, prefix: &str, lease: &mut RawLease) -> Result<()> {
+        let prefixed = &lease.key().prefixed(prefix);
         let deadline = pools.call();
         let tok = token_literal(&lease.token());
         let live = format!("token = {tok} AND expires_us > {NOW_US}");
@@ -433,7 +434,8 @@ impl LockMode for Table {
         }
     }
 
-    fn extend(&self, pools: &Pools, prefixed: &[u8], lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+    fn extend(&self, pools: &Pools, prefix: &str, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        let prefixed = &lease.key().prefixed(prefix);
         let deadline = pools.call();
         let tok = token_literal(&lease.token());
         let us = micros(ttl.as_duration());
@@ -492,10 +494,11 @@ impl LockMode for Table {
     fn try_promote(
         &self,
         pools: &Pools,
-        prefixed: &[u8],
+        prefix: &str,
         lease: &mut RawLease,
         ttl: Ttl,
     ) -> Result<()> {
+        let prefixed = &lease.key().prefixed(prefix);
         let deadline = pools.call();
         let (k, tok) = (row_key(prefixed), token_literal(&lease.token()));
         let us = micros(ttl.as_duration());
@@ -539,7 +542,8 @@ impl LockMode for Table {
     /// this token's reader's row appears together, so no writer can get in between; the fence stays
     /// (the reader's row takes the row's), and the row's expiry is the reader's, as a reader's
     /// grant leaves it. Sent again after a lost reply, it finds the reader's row already there.
-    fn demote(&self, pools: &Pools, prefixed: &[u8], lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+    fn demote(&self, pools: &Pools, prefix: &str, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
+        let prefixed = &lease.key().prefixed(prefix);
         let deadline = pools.call();
         let (k, tok) = (row_key(prefixed), token_literal(&lease.token()));
         let us = micros(ttl.as_duration());
