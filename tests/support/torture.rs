@@ -141,6 +141,8 @@ pub struct Run {
     pub store: Arc<FencedStore>,
     stop: Arc<AtomicBool>,
     workers: Vec<JoinHandle<()>>,
+    /// Records the machine's stalls into the history, for the checker's bounds.
+    probe: JoinHandle<()>,
     /// The checker's settings, from the plan.
     config: CheckConfig,
 }
@@ -162,8 +164,10 @@ pub fn start(plan: &Plan) -> Run {
                 .expect("spawn a torture worker")
         })
         .collect();
+    let probe = leasehold_testkit::stall::watch(shared.history.clone(), shared.stop.clone());
     Run {
         history: shared.history.clone(),
+        probe,
         store: shared.store.clone(),
         stop: shared.stop.clone(),
         workers,
@@ -188,6 +192,7 @@ impl Run {
         while Instant::now() < until && !self.workers.iter().all(|w| w.is_finished()) {
             std::thread::sleep(Duration::from_millis(10));
         }
+        let _ = self.probe.join();
         let snapshot = self.history.snapshot();
         for w in self.workers {
             if w.is_finished() {

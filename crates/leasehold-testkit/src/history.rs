@@ -249,6 +249,25 @@ pub struct Snapshot {
     /// ends with it, and its holder must stop relying on it when the session's end reaches it.
     /// Recorded only for such backends.
     pub session_ends: Vec<SessionEnd>,
+    /// When the machine kept a probe thread off the CPU far past its wake-up (see `stall.rs`).
+    pub stalls: Vec<Stall>,
+}
+
+/// A stretch in which a probe thread that asked to wake was not running ([`Snapshot::stalls`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stall {
+    pub start: Duration,
+    pub end: Duration,
+}
+
+impl Snapshot {
+    /// How long the machine stalled, summed, between `from` and `to`.
+    pub fn stalled_within(&self, from: Duration, to: Duration) -> Duration {
+        self.stalls
+            .iter()
+            .map(|s| s.end.min(to).saturating_sub(s.start.max(from)))
+            .sum()
+    }
 }
 
 /// One call that ended every client session ([`Snapshot::session_ends`]).
@@ -276,6 +295,7 @@ impl Snapshot {
             beliefs: Vec::new(),
             end,
             session_ends: Vec::new(),
+            stalls: Vec::new(),
         }
     }
 
@@ -320,6 +340,7 @@ pub struct History {
     ops: Mutex<Vec<Op>>,
     beliefs: Mutex<Vec<Belief>>,
     session_ends: Mutex<Vec<SessionEnd>>,
+    stalls: Mutex<Vec<Stall>>,
 }
 
 impl Default for History {
@@ -335,6 +356,7 @@ impl History {
             ops: Mutex::new(Vec::new()),
             beliefs: Mutex::new(Vec::new()),
             session_ends: Mutex::new(Vec::new()),
+            stalls: Mutex::new(Vec::new()),
         }
     }
 
@@ -414,6 +436,19 @@ impl History {
             });
     }
 
+    /// Records that the machine kept a thread that asked to wake at `asked` off the CPU until
+    /// `woke` (see `stall.rs`).
+    pub fn stalled(&self, asked: Instant, woke: Instant) {
+        let since = |t: Instant| t.saturating_duration_since(self.start);
+        self.stalls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Stall {
+                start: since(asked),
+                end: since(woke),
+            });
+    }
+
     pub fn len(&self) -> usize {
         self.ops().len()
     }
@@ -434,11 +469,17 @@ impl History {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        let stalls = self
+            .stalls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         Snapshot {
             ops: ops.clone(),
             beliefs,
             end: self.now(),
             session_ends,
+            stalls,
         }
     }
 }

@@ -22,6 +22,7 @@ mod postgres;
 pub mod processes;
 mod proxy;
 mod redis;
+pub mod stall;
 mod store;
 mod tempdir;
 
@@ -29,7 +30,7 @@ pub use checker::{check, CheckConfig, FencedStore, Report};
 pub use etcd::{EtcdCluster, EtcdMember, EtcdStatus, EtcdTls};
 pub use fork::in_child;
 pub use generator::{Catalogue, Generator, Schedule};
-pub use history::{Belief, History, Mode, Op, OpKind, Outcome, Snapshot};
+pub use history::{Belief, History, Mode, Op, OpKind, Outcome, Snapshot, Stall};
 pub use mariadb::{
     MariaDbServer, MARIADB_DATABASE, MARIADB_PASSWORD, MARIADB_USER, MARIADB_X509_USER,
 };

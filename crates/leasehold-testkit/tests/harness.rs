@@ -6,7 +6,7 @@ use leasehold_testkit::checker::allowance::STRANDED_SLACK;
 use leasehold_testkit::checker::drift;
 use leasehold_testkit::{
     check, Catalogue, CheckConfig, Fault, FaultProxy, FencedStore, History, Mode, Op, Outcome,
-    RedisServer, Schedule, Snapshot,
+    RedisServer, Schedule, Snapshot, Stall,
 };
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -138,6 +138,24 @@ fn calls_past_their_bound_are_reported_and_hangs_too() {
     let r = check(&Snapshot::of(ops), &CheckConfig::default());
     assert_eq!(r.bound_overruns.count, 2, "{r}");
     assert_eq!(r.pending, 1);
+}
+
+#[test]
+fn a_call_past_its_bound_only_by_the_machines_stall_is_not_a_violation() {
+    let ops = vec![
+        acq(0, 50, 0, Some(800), Outcome::Unknown), // 200 ms past, 250 ms stalled meanwhile
+        acq(1, 50, 0, Some(900), Outcome::Unknown), // 300 ms past: more than the stall
+        acq(2, 50, 700, Some(1400), Outcome::Unknown), // 100 ms past, stall before it began
+    ];
+    let mut snapshot = Snapshot::of(ops);
+    snapshot.stalls = vec![Stall {
+        start: Duration::from_millis(300),
+        end: Duration::from_millis(550),
+    }];
+    let r = check(&snapshot, &CheckConfig::default());
+    assert_eq!(r.bound_overruns.count, 2, "{r}");
+    assert_eq!(r.stalled_overruns.count, 1, "{r}");
+    assert_eq!(r.longest_stall, Duration::from_millis(250));
 }
 
 #[test]

@@ -15,6 +15,10 @@ pub fn drift(ttl: Duration) -> Duration {
 /// before it sees its own timeout fire.
 pub const SCHEDULING_SLACK: Duration = Duration::from_millis(400);
 
+// Beyond it, a call's bound is not charged with the machine's own stalls while it ran, as a probe
+// thread measured them (`stall.rs`): measured per call, not granted, and such calls are still
+// reported apart.
+
 /// How long after its caller gave up a request may still reach the server and take (or extend) a
 /// lease, whose TTL starts only then: the proxy delays a chunk past the I/O timeout (up to
 /// [`crate::generator`]'s longest latency) or drips a 250-byte script call at up to 5 ms a byte

@@ -30,8 +30,14 @@ pub struct Report {
     pub fence_order: Finding,
     /// (D) Writes accepted with a fence below one accepted before.
     pub stale_writes: Finding,
-    /// (E) Calls that took longer than their bound (or still ran past it).
+    /// (E) Calls that took longer than their bound (or still ran past it), beyond the machine's
+    /// stalls while they ran.
     pub bound_overruns: Finding,
+    /// Not a violation: calls past their bound by no more than the machine stalled meanwhile (a
+    /// probe thread was kept off the CPU that long, see `stall.rs`).
+    pub stalled_overruns: Finding,
+    /// The longest stall of the machine the probe saw.
+    pub longest_stall: Duration,
     /// Refusals with no possible holder at all: a liveness failure, not an exclusion one.
     pub stranded: Finding,
     /// A cost, not a violation: refusals explained only by an acquire whose outcome its caller never
@@ -93,8 +99,13 @@ impl Report {
     /// The counted kinds that are not violations.
     pub fn other_line(&self) -> String {
         format!(
-            "stranded: {}, late-grant costs: {}, no-validity refusals: {}",
-            self.stranded.count, self.late_grants.count, self.no_validity.count
+            "stranded: {}, late-grant costs: {}, no-validity refusals: {}, past bound only by the \
+             machine's stalls: {} (longest stall {:?})",
+            self.stranded.count,
+            self.late_grants.count,
+            self.no_validity.count,
+            self.stalled_overruns.count,
+            self.longest_stall
         )
     }
 }
@@ -129,6 +140,7 @@ impl fmt::Display for Report {
             ("fence order", &self.fence_order),
             ("stale write", &self.stale_writes),
             ("past bound", &self.bound_overruns),
+            ("past bound, machine stalled", &self.stalled_overruns),
             ("stranded", &self.stranded),
             ("late grant", &self.late_grants),
             ("no validity", &self.no_validity),
