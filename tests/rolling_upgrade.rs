@@ -10,7 +10,8 @@
 //! directory only one can create) and logging its fence, and the log must show no overlap and
 //! strictly rising fences. Then shared leases (readers of both versions share a key, a writer of
 //! either excludes the other's readers), a semaphore's permits (counted across the versions), and
-//! `once` records (what one version ran or started, the other does not run again). Last, the key's
+//! `once` records (what one version ran or started, the other does not run again). Then what this
+//! version's `leasehold doctor` says of the other (see [`doctor_sees`]). Last, the key's
 //! stored fence raised far past the clock before each version draws the next, so that each must read
 //! what the other stored, not merely rise with the clock (except 0.3 after a 0.4 release on Redis,
 //! which draws from the clock: see [`Stored`]), where the test can find the stored fence (Redis one
@@ -262,6 +263,7 @@ fn rolling_upgrade(name: &str, url: &str, shared: bool, raise: Option<Stored<'_>
     }
     semaphores(name, &old, &new, work.path());
     once_records(name, &old, &new);
+    doctor_sees(name, url, &old, &new);
     // Last: a raised fence stays ahead of the clock on the server for the rest of the run.
     if let Some(stored) = raise {
         stored_fences(name, &old, &new, &key, stored);
@@ -438,6 +440,81 @@ fn semaphores(name: &str, old: &OldCli, new: &leasehold::Client, work: &Path) {
         "{name}: 0.3's permit once one was free: {ran:?}"
     );
     second.release().expect("0.4's permit releases");
+}
+
+/// What this version's doctor reports of the other version. On Redis (one server, Cluster,
+/// Sentinel) it counts the keys holding a 0.3 fence counter: one more after 0.3 takes and releases
+/// a fresh key, one fewer once this version has taken and released that key after it (its
+/// acquisition replaces the counter, its release deletes it), and fence order is judged
+/// `holds_if` while any is seen. Elsewhere the versions share one layout and are not told apart.
+fn doctor_sees(name: &str, url: &str, old: &OldCli, new: &leasehold::Client) {
+    use leasehold::doctor::{Promise, Verdict, OTHER_VERSIONS};
+    let report = |when: &str| {
+        let report =
+            leasehold::doctor(url).unwrap_or_else(|e| panic!("{name}: doctor {when}: {e}"));
+        let seen = report.diagnosis.facts()[OTHER_VERSIONS].clone();
+        let fences = report
+            .diagnosis
+            .judgement(Promise::FenceOrder)
+            .unwrap()
+            .clone();
+        eprintln!(
+            "{name}: doctor {when}: {OTHER_VERSIONS}: {seen}; fence order {} ({})",
+            fences.verdict, fences.because
+        );
+        (seen, fences)
+    };
+    let counted = |seen: &str| -> u64 {
+        if seen == "none seen" {
+            return 0;
+        }
+        seen.strip_prefix("0.3 seen (")
+            .and_then(|rest| rest.strip_suffix(" keys)").or(rest.strip_suffix(" key)")))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{name}: doctor says {seen:?}, not \"0.3 seen (N keys)\""))
+    };
+    let old_clients = |fences: &leasehold::doctor::Judgement| {
+        assert_eq!(
+            fences.verdict,
+            Verdict::HoldsIf,
+            "{name}: {}",
+            fences.because
+        );
+        assert!(
+            fences.because.contains("0.3 clients share these keys"),
+            "{name}: {}",
+            fences.because
+        );
+    };
+    let redis = name.starts_with("redis");
+    let (seen, fences) = report("after the turns");
+    if !redis {
+        assert!(seen.starts_with("not told apart"), "{name}: {seen}");
+        assert_ne!(
+            fences.verdict,
+            Verdict::DoesNotHold,
+            "{name}: {}",
+            fences.because
+        );
+        return;
+    }
+    let before = counted(&seen);
+    if before > 0 {
+        old_clients(&fences);
+    }
+
+    let key = unique_key("upgrade-doctor");
+    old_fence(name, old, &key);
+    let (seen, fences) = report("after a 0.3 turn on a fresh key");
+    assert_eq!(counted(&seen), before + 1, "{name}: {seen}");
+    old_clients(&fences);
+
+    let lease = new
+        .try_acquire(&key, TTL)
+        .unwrap_or_else(|e| panic!("{name}: 0.4 after 0.3 on {key}: {e}"));
+    lease.release().expect("0.4 releases");
+    let (seen, _) = report("after a 0.4 turn on that key");
+    assert_eq!(counted(&seen), before, "{name}: {seen}");
 }
 
 /// One turn of 0.3 on a free key: the fence it was given.

@@ -173,6 +173,99 @@ fn redis_with_noeviction_and_aof_always_holds_and_keeps_a_lease_across_a_crash()
     std::mem::forget(lease);
 }
 
+/// A server only this version has used reports no client of another version, whatever its keys
+/// went through: leases released, held, expired and force-released, shared and counted ones. A
+/// fence key this version leaves behind (a force-release leaves it to expire with the lease) is not
+/// taken for 0.3's counter; what a real 0.3 client leaves is counted in tests/rolling_upgrade.rs.
+#[test]
+fn redis_used_by_this_version_alone_sees_no_other_version() {
+    let server = RedisServer::start();
+    let client = leasehold::connect(&server.url()).unwrap();
+    let ttl = Duration::from_secs(60);
+    for _ in 0..3 {
+        let key = unique_key("doctor-versions");
+        client.try_acquire(&key, ttl).unwrap().release().unwrap();
+        let key = unique_key("doctor-versions-shared");
+        let a = client.try_acquire_shared(&key, ttl).unwrap();
+        let b = client.try_acquire_shared(&key, ttl).unwrap();
+        a.release().unwrap();
+        b.release().unwrap();
+        let key = unique_key("doctor-versions-permit");
+        client
+            .try_acquire_permit(&key, 2, ttl)
+            .unwrap()
+            .release()
+            .unwrap();
+    }
+    let held = client
+        .try_acquire(unique_key("doctor-versions-held"), ttl)
+        .unwrap();
+    let permit = client
+        .try_acquire_permit(unique_key("doctor-versions-held-permit"), 3, ttl)
+        .unwrap();
+    let expired = client
+        .try_acquire(
+            unique_key("doctor-versions-expired"),
+            Duration::from_millis(100),
+        )
+        .unwrap();
+    let forced = unique_key("doctor-versions-forced");
+    let gone = client.try_acquire(&forced, ttl).unwrap();
+    assert!(client.force_release(&forced).unwrap());
+    std::thread::sleep(Duration::from_millis(200));
+
+    let (status, report) = doctor(&server.url());
+    assert_eq!(status, 2, "no persistence: {report:#}");
+    assert_eq!(report["facts"]["other_versions"], "none seen", "{report:#}");
+    let scan = report["facts"]["other_versions_scan"].as_str().unwrap();
+    assert!(scan.starts_with("every key scanned: "), "{scan}");
+    assert_verdict(
+        &report,
+        "fence_order",
+        "holds",
+        "no 0.3 client's fence counter",
+    );
+    let text = leasehold(&server.url(), &["doctor"]);
+    assert!(
+        stdout(&text).contains("  other_versions: none seen\n"),
+        "{}",
+        stdout(&text)
+    );
+    drop((held, permit, expired));
+    std::mem::forget(gone);
+}
+
+/// The scan for other versions' keys is bounded: on a server with more keys than its pages cover
+/// it says so, and judges fence order `holds_if`, not `holds`.
+#[test]
+fn redis_with_more_keys_than_the_scan_covers_says_so() {
+    let server = RedisServer::start();
+    let reply = server.command(&[
+        b"EVAL",
+        b"for i = 1, 300000 do redis.call('SET', 'leasehold:{0123456789abcdef}l:k' .. i, 'x') end",
+        b"0",
+    ]);
+    assert!(!reply.starts_with('-'), "{reply}");
+    let started = std::time::Instant::now();
+    let (_, report) = doctor(&server.url());
+    let took = started.elapsed();
+    eprintln!(
+        "doctor on 300,000 lease keys: {:.2} s; {}",
+        took.as_secs_f64(),
+        report["facts"]["other_versions_scan"]
+    );
+    assert_eq!(
+        report["facts"]["other_versions"], "none seen in the keys scanned",
+        "{report:#}"
+    );
+    let scan = report["facts"]["other_versions_scan"].as_str().unwrap();
+    assert!(
+        scan.starts_with("scan stopped after 200 SCAN calls"),
+        "{scan}"
+    );
+    assert_verdict(&report, "fence_order", "holds_if", "not every key was");
+}
+
 #[test]
 fn redis_evicting_under_a_memory_limit_does_not_hold_exclusion() {
     let server = RedisServer::start_with_args(
@@ -295,6 +388,28 @@ fn redis_that_denies_info_and_config_is_judged_holds_if() {
     assert_verdict(&report, "survives_restart", "holds_if", "appendonly");
     assert_verdict(&report, "fence_order", "holds", "clock");
     assert!(!report.to_string().contains("doctor-pw"), "{report}");
+
+    // The README's ACL user may not SCAN: whether 0.3 clients share the keys is then unknown.
+    let reply = server.command(&[
+        b"ACL",
+        b"SETUSER",
+        b"noscan",
+        b"on",
+        b">noscan-pw",
+        b"~*",
+        b"&*",
+        b"+@all",
+        b"-scan",
+        b"-dbsize",
+    ]);
+    assert_eq!(reply, "+OK\r\n");
+    let url = format!("redis://noscan:noscan-pw@{}/0", server.addr());
+    let (_, report) = doctor(&url);
+    assert_eq!(
+        report["facts"]["other_versions"], "unknown (SCAN was not answered)",
+        "{report:#}"
+    );
+    assert_verdict(&report, "fence_order", "holds_if", "could not be scanned");
 }
 
 #[test]

@@ -194,6 +194,11 @@ pub struct Report {
     pub diagnosis: Diagnosis,
 }
 
+/// The fact that says whether clients of another Leasehold version share the deployment's keys:
+/// `0.3 seen (N keys)`, `none seen`, or why the backend cannot tell them apart (both versions
+/// keep the same layout there).
+pub const OTHER_VERSIONS: &str = "other_versions";
+
 /// How far a server's clock reads from this host's, measured around one round trip.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClockOffset {

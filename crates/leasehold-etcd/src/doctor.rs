@@ -15,7 +15,7 @@
 //!   lease once it wakes, after a new leader renewed it: the lease ends early under its holder.
 
 use crate::gateway::{number, Gateway};
-use leasehold_core::doctor::{Diagnosis, Promise, Verdict};
+use leasehold_core::doctor::{Diagnosis, Promise, Verdict, OTHER_VERSIONS};
 use leasehold_core::{Deadline, Error, Result};
 use serde_json::{json, Value};
 
@@ -69,6 +69,7 @@ fn revokes_only_from_the_leader(v: (u64, u64, u64)) -> bool {
 
 fn judge(members: &[Member], list: Option<&Value>) -> Diagnosis {
     let mut d = Diagnosis::new();
+    d.fact(OTHER_VERSIONS, "none possible: etcd is new in 0.4");
     let answered: Vec<(&str, &Value)> = members
         .iter()
         .filter_map(|m| m.status.as_ref().ok().map(|s| (m.name.as_str(), s)))

@@ -4,11 +4,15 @@
 //! ids, `CLOCK_BOOTTIME` and inotify are per host.
 
 use crate::dir::{file_system_name, Dir};
-use leasehold_core::doctor::{Diagnosis, Promise, Verdict};
+use leasehold_core::doctor::{Diagnosis, Promise, Verdict, OTHER_VERSIONS};
 
 pub(crate) fn diagnose(dir: &Dir) -> Diagnosis {
     let mut d = Diagnosis::new();
     d.fact("dir", dir.path().display());
+    d.fact(
+        OTHER_VERSIONS,
+        "not told apart: 0.3 uses the directory's files as they are",
+    );
     d.fact("single_host", dir.single_host());
     let file_system = dir.file_system().map(file_system_name);
     match &file_system {

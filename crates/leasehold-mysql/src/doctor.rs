@@ -15,7 +15,9 @@
 
 use crate::names::NOW_US;
 use crate::session::{call, int, Pools};
-use leasehold_core::doctor::{judge_fence_clock, ClockOffset, Diagnosis, Promise, Verdict};
+use leasehold_core::doctor::{
+    judge_fence_clock, ClockOffset, Diagnosis, Promise, Verdict, OTHER_VERSIONS,
+};
 use leasehold_core::Result;
 use mysql::Value;
 use std::collections::BTreeMap;
@@ -120,6 +122,12 @@ pub(crate) fn gather(pools: &Pools) -> Result<MyFacts> {
 /// Judges the facts of a server used in `named` mode (else table mode).
 pub(crate) fn judge(facts: &MyFacts, named: bool) -> Diagnosis {
     let mut d = Diagnosis::new();
+    // 0.3 used the same lock names and tables: its clients cannot be told apart from this
+    // version's, and need not be, since both draw from and store the same fence.
+    d.fact(
+        OTHER_VERSIONS,
+        "not told apart: 0.3 uses the same lock names and tables",
+    );
     for (name, value) in &facts.values {
         d.fact(name.as_str(), if value.is_empty() { "\"\"" } else { value });
     }
@@ -141,6 +149,11 @@ pub(crate) fn judge(facts: &MyFacts, named: bool) -> Diagnosis {
         },
     );
     judge_fence_clock(&mut d, "the server's", facts.offset);
+    d.judge(
+        Promise::FenceOrder,
+        Verdict::Holds,
+        "0.3 clients, if any, draw from the same stored fence as this version",
+    );
 
     // Surviving a restart.
     if named {

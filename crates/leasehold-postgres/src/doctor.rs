@@ -14,7 +14,9 @@
 
 use crate::session::{last_value, Pools};
 use leasehold_core::config::PostgresPooler;
-use leasehold_core::doctor::{judge_fence_clock, ClockOffset, Diagnosis, Promise, Verdict};
+use leasehold_core::doctor::{
+    judge_fence_clock, ClockOffset, Diagnosis, Promise, Verdict, OTHER_VERSIONS,
+};
 use leasehold_core::Result;
 use std::time::SystemTime;
 
@@ -173,6 +175,12 @@ pub(crate) fn judge(facts: &PgFacts, advisory: bool, pooler: Pooler) -> Diagnosi
         );
     }
     d.fact("pooler", pooler.describe());
+    // 0.3 used the same lock ids, tables and sequences: its clients cannot be told apart from
+    // this version's, and need not be, since both draw from and store the same fence.
+    d.fact(
+        OTHER_VERSIONS,
+        "not told apart: 0.3 uses the same lock ids, tables and fence sequence",
+    );
     d.fact("lock_mode", if advisory { "advisory" } else { "table" });
     let transaction_pooled = pooler.mode == PostgresPooler::Transaction;
 
@@ -199,6 +207,11 @@ pub(crate) fn judge(facts: &PgFacts, advisory: bool, pooler: Pooler) -> Diagnosi
     }
 
     judge_fence_clock(&mut d, "the server's", facts.offset);
+    d.judge(
+        Promise::FenceOrder,
+        Verdict::Holds,
+        "0.3 clients, if any, draw from the same stored fence as this version",
+    );
 
     // Surviving a restart.
     let fsync = facts.get("fsync");

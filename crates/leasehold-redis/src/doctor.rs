@@ -13,11 +13,15 @@
 //!   count once N replicas have it.
 //! - Fence order: fences are `max(stored + 1, server µs)`, so a lost counter is replaced by the
 //!   server's clock, which must not step back; the server's clock is compared with this host's.
+//!   Where 0.3 clients share the keys (their fence counters found by `versions.rs`), a 0.3 client
+//!   taking a key after a release of this version draws from the clock alone, so the order then
+//!   rests on the clock never stepping back.
 
 use crate::node::Node;
 use crate::topology::Topology;
+use crate::versions::{self, Seen};
 use leasehold_core::doctor::{
-    judge_fence_clock, ClockOffset, Diagnosis, Promise, Verdict, CLOCK_AGREEMENT,
+    judge_fence_clock, ClockOffset, Diagnosis, Promise, Verdict, CLOCK_AGREEMENT, OTHER_VERSIONS,
 };
 use leasehold_core::{Deadline, Error, Result};
 use std::collections::HashMap;
@@ -331,18 +335,29 @@ fn judge_common(d: &mut Diagnosis) {
     );
 }
 
-/// Judges the masters of `nodes` (each labelled by its address when there is more than one); an
-/// error when none of them answered.
+/// Where the masters keep their leases, for the look for other versions' keys.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Layout<'a> {
+    pub(crate) prefix: &'a str,
+    /// One high-water per slot (a Cluster).
+    pub(crate) cluster: bool,
+}
+
+/// Judges the masters of `nodes` (each labelled by its address when there is more than one), and,
+/// given their `layout`, looks for 0.3 clients' keys on them; an error when none of them answered.
 pub(crate) fn diagnose_nodes(
     nodes: &[&Node],
     deadline: impl Fn() -> Deadline,
     failover: Failover,
+    layout: Option<Layout<'_>>,
 ) -> Result<Diagnosis> {
     let mut d = Diagnosis::new();
     judge_common(&mut d);
     let mut answered = 0;
     let mut first_error = None;
     let mut offsets: Vec<i64> = Vec::new();
+    let mut seen: Option<Seen> = None;
+    let mut unscanned = 0;
     for node in nodes {
         let label = if nodes.len() == 1 && failover != Failover::Redlock {
             ""
@@ -357,6 +372,24 @@ pub(crate) fn diagnose_nodes(
         }
         judge_node(&mut d, label, &facts, node.replicas(), failover);
         offsets.extend(facts.offset.map(|o| o.micros));
+        if let (Some(layout), true) = (layout, facts.reachable) {
+            match versions::scan(node, layout.prefix, layout.cluster, deadline()) {
+                Some(found) => match &mut seen {
+                    Some(all) => all.add(&found),
+                    None => seen = Some(found),
+                },
+                None => unscanned += 1,
+            }
+        }
+    }
+    if layout.is_some() {
+        judge_versions(&mut d, seen, unscanned);
+    } else if failover == Failover::Redlock {
+        d.fact(
+            OTHER_VERSIONS,
+            "not told apart: 0.3 and this version keep the same per-key fence counters on \
+             Redlock nodes and read each other's",
+        );
     }
     // Redlock's fence is the largest of a quorum's, each drawn from its node's clock: nodes whose
     // clocks disagree by more than a claim covers cost extra rounds and make fences jump.
@@ -388,9 +421,78 @@ pub(crate) fn diagnose_nodes(
     Ok(d)
 }
 
+/// Reports what the look for 0.3 clients' keys found (`seen`, summed over the masters scanned;
+/// `unscanned` masters answered no `SCAN`) and judges fence order by it.
+fn judge_versions(d: &mut Diagnosis, seen: Option<Seen>, unscanned: usize) {
+    let Some(seen) = seen else {
+        d.fact(OTHER_VERSIONS, "unknown (SCAN was not answered)");
+        d.judge(
+            Promise::FenceOrder,
+            Verdict::HoldsIf,
+            "the keys could not be scanned for 0.3 clients' fence counters: with 0.3 clients \
+             sharing the keys, fences rise only while the server's clock never steps back",
+        );
+        return;
+    };
+    let complete = seen.complete && unscanned == 0;
+    let keys = seen
+        .keys
+        .map_or(String::new(), |n| format!(" of {n} keys (DBSIZE)"));
+    let scope = if complete {
+        format!("every key scanned: {} fence keys{keys}", seen.fences)
+    } else {
+        format!(
+            "scan stopped after {} SCAN calls (COUNT {}) or at the call's deadline: {} fence keys \
+             looked at{keys}, the rest not",
+            versions::MAX_PAGES,
+            versions::PAGE,
+            seen.fences
+        )
+    };
+    d.fact("other_versions_scan", &scope);
+    if seen.old > 0 {
+        let part = if complete { "" } else { " in the part scanned" };
+        let counted = match seen.old {
+            1 => "1 key".to_owned(),
+            n => format!("{n} keys"),
+        };
+        d.fact(OTHER_VERSIONS, format!("0.3 seen ({counted}{part})"));
+        d.judge(
+            Promise::FenceOrder,
+            Verdict::HoldsIf,
+            format!(
+                "0.3 clients share these keys ({counted} with a 0.3 fence counter): a 0.3 client \
+                 taking a key after this version released it draws its fence from the server's \
+                 clock, so fences rise only while that clock never steps back by more than the \
+                 time since the key's last fence (finish the rollout)"
+            ),
+        );
+    } else if complete {
+        d.fact(OTHER_VERSIONS, "none seen");
+        d.judge(
+            Promise::FenceOrder,
+            Verdict::Holds,
+            "no 0.3 client's fence counter on the server (none took a key here in the last 24 h \
+             that this version did not take after it)",
+        );
+    } else {
+        d.fact(OTHER_VERSIONS, "none seen in the keys scanned");
+        d.judge(
+            Promise::FenceOrder,
+            Verdict::HoldsIf,
+            format!(
+                "no 0.3 client's fence counter in the keys scanned, but not every key was \
+                 ({scope}): with 0.3 clients sharing the keys, fences rise only while the server's \
+                 clock never steps back"
+            ),
+        );
+    }
+}
+
 /// [`diagnose_nodes`] over the masters a topology uses now.
 pub(crate) fn diagnose_topology(
     topology: &Topology,
+    prefix: &str,
     deadline: impl Fn() -> Deadline,
 ) -> Result<Diagnosis> {
     let (nodes, failover): (Vec<Arc<Node>>, Failover) = match topology {
@@ -402,7 +504,11 @@ pub(crate) fn diagnose_topology(
         ),
     };
     let refs: Vec<&Node> = nodes.iter().map(|n| &**n).collect();
-    let mut d = diagnose_nodes(&refs, deadline, failover)?;
+    let layout = Layout {
+        prefix,
+        cluster: matches!(topology, Topology::Cluster(_)),
+    };
+    let mut d = diagnose_nodes(&refs, deadline, failover, Some(layout))?;
     match topology {
         Topology::Cluster(_) => d.fact("masters", nodes.len()),
         Topology::Sentinel(sentinel) => d

@@ -120,6 +120,7 @@ mod scripts;
 mod sentinel;
 mod single;
 mod topology;
+mod versions;
 mod wire;
 
 pub use connection::ConnectSettings;

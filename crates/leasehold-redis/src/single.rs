@@ -412,7 +412,7 @@ impl LockBackend for RedisBackend {
 
     fn diagnose(&self) -> Result<leasehold_core::doctor::Diagnosis> {
         let settings = &self.settings;
-        crate::doctor::diagnose_topology(&self.topology, || {
+        crate::doctor::diagnose_topology(&self.topology, &self.prefix, || {
             Deadline::for_call(settings.connect_timeout, settings.io_timeout)
         })
     }

@@ -287,6 +287,7 @@ impl LockBackend for RedlockBackend {
             &nodes,
             || self.call_deadline(),
             crate::doctor::Failover::Redlock,
+            None,
         )?;
         d.fact("quorum", format!("{} of {}", self.quorum, nodes.len()));
         Ok(d)
