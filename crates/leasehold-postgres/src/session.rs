@@ -16,6 +16,7 @@ use crate::tls::{Connector, Tls};
 use leasehold_core::config::PostgresSslMode;
 use leasehold_core::fork::PerProcess;
 use leasehold_core::pool::{ManageConnection, Pool, PoolError, PooledConnection};
+use leasehold_core::stale_session::StaleSession;
 use leasehold_core::{Deadline, Error, Result, SessionWatch};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -380,6 +381,27 @@ impl Session {
             Failure::Closed => true,
             Failure::Pg(e) => self.is_closed() || e.is_closed() || is_fatal(e),
         }
+    }
+}
+
+/// A session set aside as stale is poisoned: the pool closes it rather than keep it idle.
+impl StaleSession for Session {
+    type Failure = Failure;
+
+    fn reused(&self) -> bool {
+        self.reused
+    }
+
+    fn called(&mut self) {
+        self.reused = true;
+    }
+
+    fn was_stale(&self, failure: &Failure) -> bool {
+        Session::was_stale(self, failure)
+    }
+
+    fn set_aside(&mut self) {
+        self.poisoned = true;
     }
 }
 
