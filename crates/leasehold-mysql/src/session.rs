@@ -12,6 +12,7 @@ use crate::{tls, watchdog};
 use leasehold_core::config::MysqlConfig;
 use leasehold_core::pool::{ManageConnection, Pool, PoolError, PooledConnection};
 use leasehold_core::resolve::resolve;
+use leasehold_core::session_watch;
 use leasehold_core::stale_session::{self, StaleSession};
 use leasehold_core::{Deadline, Error, Result, SessionWatch};
 use mysql::consts::CapabilityFlags;
@@ -154,23 +155,18 @@ impl Session {
     /// round trip from now on, and closed before the connection is. A watch attached before is
     /// closed first.
     pub fn watch(&mut self) -> Arc<SessionWatch> {
-        self.unwatch();
         let fd = if self.broken {
             -1
         } else {
             self.conn.as_raw_fd()
         };
-        let watch = SessionWatch::new(fd);
-        self.watch = Some(watch.clone());
-        watch
+        session_watch::attach(&mut self.watch, fd)
     }
 
     /// The session no longer holds a lease that relies on it: its watch is closed (the lease is
     /// over) and no longer told of round trips.
     pub fn unwatch(&mut self) {
-        if let Some(watch) = self.watch.take() {
-            watch.closed();
-        }
+        session_watch::detach(&mut self.watch);
     }
 }
 
