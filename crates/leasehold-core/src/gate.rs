@@ -7,6 +7,9 @@ use crate::error::Error;
 /// The longest resource name, in bytes: a primary key that always fits an index entry.
 pub const MAX_RESOURCE_LEN: usize = 1024;
 
+/// An SQL gate's table when none is named.
+pub const DEFAULT_TABLE: &str = "leasehold_fences";
+
 /// Why a gate did not let a write through.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

@@ -1,10 +1,12 @@
 //! Leasehold's core: the [`LockBackend`] contract, [`Lease`]s and their guard, the one [`Error`] type,
 //! key and TTL validation, URL configuration, waiting, and (feature `conformance`) the suite every
-//! backend must pass. No network or database dependencies live here.
+//! backend must pass. No network or database dependencies live here (feature `tls` adds rustls, for
+//! the one verifier of `tls_insecure=true` that the backends speaking rustls share).
 //!
 //! A lock is a lease: exclusive ownership of a key for a bounded time, proven by a random token and
 //! ordered by a fence that strictly increases per key.
 
+pub mod ask;
 mod backend;
 mod client;
 pub mod clock;
@@ -28,8 +30,11 @@ pub mod resolve;
 pub mod retry;
 pub mod secret;
 pub mod session_watch;
+pub mod stale_session;
 pub mod stats;
 pub mod threads;
+#[cfg(feature = "tls")]
+pub mod tls_insecure;
 mod token;
 mod ttl;
 pub mod wait;

@@ -2,6 +2,7 @@
 //! a key's action (started by fence F, or done with its result). A backend that can keep them
 //! returns a [`RecordStore`] from [`crate::LockBackend::records`].
 
+use crate::deadline::Deadline;
 use crate::error::Result;
 use crate::key::Key;
 use std::sync::Mutex;
@@ -35,6 +36,9 @@ pub trait RecordStore: Send + Sync {
     fn put(&self, key: &Key, fence: u64, value: &[u8], keep: Duration) -> Result<bool>;
 }
 
+/// How often (at most) an SQL backend deletes expired record rows, per table, server and process.
+pub const SQL_SWEEP_EVERY: Duration = Duration::from_secs(60);
+
 /// How often a process sweeps expired records out of one table: an SQL backend deletes a bounded
 /// batch of them now and then, on the way of a put, so that the table holds what is kept and not
 /// every record ever written. One throttle per backend crate, keyed by the table and its server.
@@ -49,6 +53,12 @@ impl SweepThrottle {
             every,
             next: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Whether `table` of `server` is due for a sweep ([`SweepThrottle::due`]) that `deadline`
+    /// leaves an I/O timeout for; a put with less left skips it rather than risk its own bound.
+    pub fn due_by(&self, server: &str, table: &str, deadline: Deadline, io: Duration) -> bool {
+        deadline.remaining() >= io && self.due(&format!("{server} {table}"))
     }
 
     /// Whether `table` (named with its server) is due for a sweep, and if so, not again for a

@@ -174,6 +174,24 @@ fn readable_or_hung_up(fd: RawFd) -> bool {
     }
 }
 
+/// Attaches a new watch on the session socket `fd` in the session's `slot` (see
+/// [`SessionWatch::new`]), closing the one attached before: a session holds at most one lease's
+/// watch.
+pub fn attach(slot: &mut Option<Arc<SessionWatch>>, fd: RawFd) -> Arc<SessionWatch> {
+    detach(slot);
+    let watch = SessionWatch::new(fd);
+    *slot = Some(watch.clone());
+    watch
+}
+
+/// The session no longer holds a lease that relies on it: the watch in `slot`, if any, is closed
+/// (the lease is over) and taken out, so that it is no longer told of round trips.
+pub fn detach(slot: &mut Option<Arc<SessionWatch>>) {
+    if let Some(watch) = slot.take() {
+        watch.closed();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,6 +19,7 @@
 use base64::Engine;
 use leasehold_core::config::{EtcdConfig, TlsOptions};
 use leasehold_core::fork::PerProcess;
+use leasehold_core::tls_insecure::NoVerification;
 use leasehold_core::{Deadline, Error, Result, Secret};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -709,9 +710,9 @@ fn rustls_config(tls: &TlsOptions) -> Result<std::sync::Arc<rustls::ClientConfig
     let builder = if tls.insecure {
         builder
             .dangerous()
-            .with_custom_certificate_verifier(std::sync::Arc::new(NoVerification {
-                supported: provider.signature_verification_algorithms,
-            }))
+            .with_custom_certificate_verifier(std::sync::Arc::new(NoVerification::new(
+                provider.signature_verification_algorithms,
+            )))
     } else {
         let mut roots = rustls::RootCertStore::empty();
         match &tls.ca_file {
@@ -739,47 +740,6 @@ fn rustls_config(tls: &TlsOptions) -> Result<std::sync::Arc<rustls::ClientConfig
         _ => builder.with_no_client_auth(),
     };
     Ok(std::sync::Arc::new(config))
-}
-
-/// `tls_insecure=true`: every certificate is accepted (logged when the client is made).
-#[derive(Debug)]
-struct NoVerification {
-    supported: rustls::crypto::WebPkiSupportedAlgorithms,
-}
-
-impl rustls::client::danger::ServerCertVerifier for NoVerification {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &rustls::pki_types::CertificateDer<'_>,
-        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
-        _server_name: &rustls::pki_types::ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        _message: &[u8],
-        _cert: &rustls::pki_types::CertificateDer<'_>,
-        _dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        _message: &[u8],
-        _cert: &rustls::pki_types::CertificateDer<'_>,
-        _dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.supported.supported_schemes()
-    }
 }
 
 /// Name resolution through core's resolver, bounded by the request's own timeout.

@@ -19,7 +19,7 @@ use crate::gateway::{b64, number, revision, unb64, Resend};
 use crate::{fence, keys, no_state, not_ours, EtcdBackend, Held, Holding, Take, Who};
 use leasehold_core::wait;
 use leasehold_core::{Deadline, Key, LeaseKind, Permits, RawLease, Result, Token, Ttl};
-use serde_json::json;
+use serde_json::{json, Value};
 use std::time::Instant;
 
 /// The holders found under a range: how many, and the last fence among them.
@@ -188,6 +188,24 @@ impl EtcdBackend {
     }
 }
 
+/// Sends `txn`, which moves `holding`'s key to a new one on the `fresh` etcd lease (a promote or
+/// a demote). After an error it is not known which of the two keys exists, so both etcd leases are
+/// revoked: the lease is given up rather than left holding a key nobody tracks.
+fn send_move(
+    backend: &EtcdBackend,
+    txn: Value,
+    fresh: Held,
+    holding: &Holding,
+    deadline: Deadline,
+) -> Result<Value> {
+    backend
+        .call("/v3/kv/txn", txn, Resend::Once, deadline)
+        .inspect_err(|_| {
+            backend.revoke(fresh.lease, deadline);
+            backend.revoke(holding.held.lease, deadline);
+        })
+}
+
 /// One attempt to turn a shared lease exclusive ([`leasehold_core::LockBackend::try_promote`]).
 pub(crate) fn try_promote(backend: &EtcdBackend, lease: &mut RawLease, ttl: Ttl) -> Result<()> {
     let deadline = backend.call_deadline();
@@ -213,14 +231,7 @@ pub(crate) fn try_promote(backend: &EtcdBackend, lease: &mut RawLease, ttl: Ttl)
         ],
         "failure": [{"request_range": {"key": b64(&holding.name)}}],
     });
-    let answer = match backend.call("/v3/kv/txn", txn, Resend::Once, deadline) {
-        Ok(answer) => answer,
-        Err(error) => {
-            backend.revoke(fresh.lease, deadline);
-            backend.revoke(holding.held.lease, deadline);
-            return Err(error);
-        }
-    };
+    let answer = send_move(backend, txn, fresh, &holding, deadline)?;
     if answer["succeeded"].as_bool() != Some(true) {
         backend.revoke(fresh.lease, deadline);
         let still_shared = answer["responses"][0]["response_range"]["kvs"]
@@ -264,14 +275,7 @@ pub(crate) fn demote(backend: &EtcdBackend, lease: &mut RawLease, ttl: Ttl) -> R
                 "lease": fresh.lease.to_string()}},
         ],
     });
-    let answer = match backend.call("/v3/kv/txn", txn, Resend::Once, deadline) {
-        Ok(answer) => answer,
-        Err(error) => {
-            backend.revoke(fresh.lease, deadline);
-            backend.revoke(holding.held.lease, deadline);
-            return Err(error);
-        }
-    };
+    let answer = send_move(backend, txn, fresh, &holding, deadline)?;
     if answer["succeeded"].as_bool() != Some(true) {
         backend.revoke(fresh.lease, deadline);
         return Err(not_ours(&key));

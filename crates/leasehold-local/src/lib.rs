@@ -79,6 +79,7 @@ mod queue;
 mod record;
 mod records;
 mod size;
+mod sweep;
 mod wake;
 
 pub use dir::default_dir;
@@ -97,16 +98,10 @@ use size::Size;
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use sweep::{SWEEP_BATCH, SWEEP_BUDGET, SWEEP_EVERY};
 
 /// A waiter that showed no sign of life for this long is dropped from a key's queue.
 pub const STALE_WAITER: Duration = Duration::from_millis(500);
-
-/// How often (at most) a backend's releases look for leftover records, how many directory entries
-/// one look takes, and how long it may spend: a little at a time, so no call pays for a large
-/// directory.
-const SWEEP_EVERY: Duration = Duration::from_secs(1);
-const SWEEP_BATCH: usize = 64;
-const SWEEP_BUDGET: Duration = Duration::from_millis(2);
 
 /// A key this backend released less than [`HOT`] ago keeps its record on the next release (the
 /// sweep deletes it once idle), so a key taken over and over does not pay for deleting and

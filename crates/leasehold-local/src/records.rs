@@ -40,6 +40,7 @@ use crate::dir::Dir;
 use crate::file::{Locked, Mode};
 use crate::io_error::io_error;
 use crate::names;
+use crate::sweep::{SWEEP_BATCH, SWEEP_BUDGET, SWEEP_EVERY};
 use crate::LocalBackend;
 use leasehold_core::records::{Record, RecordStore, MAX_RECORD};
 use leasehold_core::{Error, Key, Result};
@@ -59,12 +60,6 @@ const MAGIC: &[u8; 4] = b"LHR1";
 const HEADER: usize = 48;
 /// One slot: the header and the largest value, rounded up to whole pages.
 const SLOT: usize = (HEADER + MAX_RECORD).div_ceil(4096) * 4096;
-
-/// How often (at most) puts look for expired record files, how many directory entries one look
-/// takes, and how long it may spend.
-const SWEEP_EVERY: Duration = Duration::from_secs(1);
-const SWEEP_BATCH: usize = 64;
-const SWEEP_BUDGET: Duration = Duration::from_millis(2);
 
 /// One slot's record as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -26,13 +26,10 @@
 //! second writer simply waits for the first one's row.
 
 use leasehold_core::gate::{check_resource, sql_fence, GateTable};
-pub use leasehold_core::gate::{GateError, MAX_RESOURCE_LEN};
+pub use leasehold_core::gate::{GateError, DEFAULT_TABLE, MAX_RESOURCE_LEN};
 use leasehold_core::Error;
 use mysql::prelude::Queryable;
 use mysql::Transaction;
-
-/// The gate's table when none is named.
-pub const DEFAULT_TABLE: &str = "leasehold_fences";
 
 /// The longest identifier MySQL and MariaDB accept.
 const MAX_IDENTIFIER_LEN: usize = 64;

@@ -75,6 +75,7 @@ mod watchdog;
 
 pub use names::lock_name;
 
+pub(crate) use leasehold_core::ask::Ask;
 use leasehold_core::config::{BackendConfig, MysqlLockMode};
 use leasehold_core::wait::{self, Turn, Waiter};
 use leasehold_core::{
@@ -94,14 +95,6 @@ pub struct MysqlBackend {
     pools: Pools,
     prefix: String,
     describe: String,
-}
-
-/// One acquire's key (as given and prefixed) and TTL.
-pub(crate) struct Ask<'a> {
-    pub key: &'a Key,
-    /// `prefix ‖ key`, what every name and row key is derived from.
-    pub prefixed: Vec<u8>,
-    pub ttl: Ttl,
 }
 
 impl fmt::Debug for MysqlBackend {
@@ -163,11 +156,7 @@ impl MysqlBackend {
     }
 
     fn ask<'a>(&self, key: &'a Key, ttl: Ttl) -> Ask<'a> {
-        Ask {
-            key,
-            prefixed: key.prefixed(&self.prefix),
-            ttl,
-        }
+        Ask::new(key, &self.prefix, ttl)
     }
 }
 

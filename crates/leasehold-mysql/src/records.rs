@@ -46,7 +46,7 @@ use crate::names::{hex_literal, micros, row_key, NOW_US};
 use crate::session::{call, with_session, Answers, Failure};
 use crate::MysqlBackend;
 use leasehold_core::config::DEFAULT_MYSQL_TABLE;
-use leasehold_core::records::{Record, RecordStore, SweepThrottle};
+use leasehold_core::records::{Record, RecordStore, SweepThrottle, SQL_SWEEP_EVERY};
 use leasehold_core::retry::Retry;
 use leasehold_core::{Deadline, Error, Key, Result};
 use mysql::Value;
@@ -59,9 +59,6 @@ const RECORD_CONTENTION: Retry = Retry::steady(Duration::from_millis(1));
 
 /// The records table when the URL names no table of its own.
 pub const RECORDS_TABLE: &str = "leasehold_records";
-
-/// How often (at most) expired rows are deleted, per table, server and process.
-const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
 /// `ER_NO_SUCH_TABLE`.
 const NO_SUCH_TABLE: u16 = 1146;
@@ -113,14 +110,11 @@ impl MysqlBackend {
         .map(drop)
     }
 
-    /// Deletes up to 1000 rows that expired over a second ago, at most once per [`SWEEP_EVERY`]
+    /// Deletes up to 1000 rows that expired over a second ago, at most once per [`SQL_SWEEP_EVERY`]
     /// per table, server and process; a failure is left to the next time.
     fn sweep_records(&self, table: &str, deadline: Deadline) {
-        static SWEEPS: SweepThrottle = SweepThrottle::new(SWEEP_EVERY);
-        if deadline.remaining() < self.pools.io_timeout {
-            return;
-        }
-        if !SWEEPS.due(&format!("{} {table}", self.describe)) {
+        static SWEEPS: SweepThrottle = SweepThrottle::new(SQL_SWEEP_EVERY);
+        if !SWEEPS.due_by(&self.describe, table, deadline, self.pools.io_timeout) {
             return;
         }
         if let Err(e) = self.delete_expired(table, deadline) {

@@ -12,6 +12,8 @@ use crate::{tls, watchdog};
 use leasehold_core::config::MysqlConfig;
 use leasehold_core::pool::{ManageConnection, Pool, PoolError, PooledConnection};
 use leasehold_core::resolve::resolve;
+use leasehold_core::session_watch;
+use leasehold_core::stale_session::{self, StaleSession};
 use leasehold_core::{Deadline, Error, Result, SessionWatch};
 use mysql::consts::CapabilityFlags;
 use mysql::prelude::Queryable;
@@ -153,23 +155,32 @@ impl Session {
     /// round trip from now on, and closed before the connection is. A watch attached before is
     /// closed first.
     pub fn watch(&mut self) -> Arc<SessionWatch> {
-        self.unwatch();
         let fd = if self.broken {
             -1
         } else {
             self.conn.as_raw_fd()
         };
-        let watch = SessionWatch::new(fd);
-        self.watch = Some(watch.clone());
-        watch
+        session_watch::attach(&mut self.watch, fd)
     }
 
     /// The session no longer holds a lease that relies on it: its watch is closed (the lease is
     /// over) and no longer told of round trips.
     pub fn unwatch(&mut self) {
-        if let Some(watch) = self.watch.take() {
-            watch.closed();
-        }
+        session_watch::detach(&mut self.watch);
+    }
+}
+
+/// A server restart leaves an idle session closed: [`Session::batch`] says `used` itself, and a
+/// failed batch has already marked the session broken, so the pool drops it.
+impl StaleSession for Session {
+    type Failure = Failure;
+
+    fn reused(&self) -> bool {
+        self.used
+    }
+
+    fn was_stale(&self, failure: &Failure) -> bool {
+        matches!(failure, Failure::Closed(_))
     }
 }
 
@@ -470,27 +481,15 @@ impl Pools {
     }
 }
 
-/// Runs `f` on a pooled session checked out by `deadline`. A reused session found closed (made
-/// stale by a server restart, say) is dropped and `f` run again on the next one, so one client
-/// recovers by itself; whatever a closed session held died with it, so another attempt never
-/// doubles a lock. Returns the session with the outcome.
+/// Runs `f` on a pooled session checked out by `deadline`, again on the next one while a reused
+/// session turns out closed (core's [`stale_session::with_session`]): every idle session of the
+/// pool may be stale, and one fresh one follows them. Returns the session with the outcome.
 pub(crate) fn with_session<T>(
     pools: &Pools,
     deadline: Deadline,
-    mut f: impl FnMut(&mut Session) -> std::result::Result<T, Failure>,
+    f: impl FnMut(&mut Session) -> std::result::Result<T, Failure>,
 ) -> Result<(Conn2, std::result::Result<T, Failure>)> {
-    // Every idle session of the pool may be stale, and one fresh one follows them.
-    let mut attempts = pools.size() + 1;
-    loop {
-        let mut conn = pools.get(deadline)?;
-        let reused = conn.used;
-        let outcome = f(&mut conn);
-        attempts = attempts.saturating_sub(1);
-        match outcome {
-            Err(Failure::Closed(_)) if reused && attempts > 0 && !deadline.is_past() => {}
-            other => return Ok((conn, other)),
-        }
-    }
+    stale_session::with_session(pools.size() + 1, deadline, || pools.get(deadline), f)
 }
 
 /// One batch on a pooled session ([`with_session`]); a failure is `Unavailable` saying `what`

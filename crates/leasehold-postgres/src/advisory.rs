@@ -519,7 +519,7 @@ impl Advisory {
         permits: Permits,
         sent: Instant,
     ) -> Result<RawLease> {
-        let Ask { key, ttl, .. } = *ask;
+        let (key, ttl) = (ask.key, ask.ttl);
         let (_, channel) = semaphore_internal("queue", "", &ask.prefixed);
         let size = semaphore_size_id(&ask.prefixed, permits.get());
         let slot = Slot { channel, size };

@@ -18,13 +18,10 @@
 //! gate, or goes to another database, is not protected. See docs/gate.md.
 
 use leasehold_core::gate::{check_resource, sql_fence, GateTable};
-pub use leasehold_core::gate::{GateError, MAX_RESOURCE_LEN};
+pub use leasehold_core::gate::{GateError, DEFAULT_TABLE, MAX_RESOURCE_LEN};
 use leasehold_core::Error;
 use postgres::types::Type;
 use postgres::{GenericClient, Transaction};
-
-/// The gate's table when none is named.
-pub const DEFAULT_TABLE: &str = "leasehold_fences";
 
 /// The longest identifier PostgreSQL keeps (`NAMEDATALEN - 1`); longer ones would be truncated
 /// silently, so two different names could mean one table.

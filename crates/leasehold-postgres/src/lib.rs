@@ -208,6 +208,7 @@ pub use lock_id::{lock_id, semaphore_slot_id};
 use advisory::Advisory;
 use ask::Ask;
 use leasehold_core::config::{BackendConfig, PostgresLockMode, PostgresPooler};
+use leasehold_core::stale_session;
 use leasehold_core::wait::{Polling, Waiter};
 use leasehold_core::Deadline;
 use leasehold_core::{
@@ -362,12 +363,10 @@ impl PostgresBackend {
 
     /// The acquire of `key` for `ttl` that the mode methods take.
     fn ask<'a>(&'a self, key: &'a Key, ttl: Ttl) -> Ask<'a> {
-        Ask {
-            pools: &self.pools,
-            key,
-            prefixed: key.prefixed(&self.prefix),
-            ttl,
-        }
+        Ask::new(
+            &self.pools,
+            leasehold_core::ask::Ask::new(key, &self.prefix, ttl),
+        )
     }
 }
 
@@ -454,30 +453,16 @@ impl LockBackend for PostgresBackend {
     }
 }
 
-/// Runs `f` on a pooled session checked out by `deadline`. A reused session found dead (made stale by
-/// a server restart, say) is dropped and `f` run again on the next one, so one client recovers by
-/// itself; a fresh session that fails, or any timeout, ends the attempts. Whatever a dead session held
-/// died with it, so another attempt never doubles a lock. Returns the session with the outcome.
+/// Runs `f` on a pooled session checked out by `deadline`, again on the next one while a reused
+/// session turns out dead (core's [`stale_session::with_session`]): every idle session of the pool
+/// may be stale, and one fresh one follows them. Returns the session with the outcome.
 pub(crate) fn with_session<T>(
     pools: &Pools,
     deadline: Deadline,
-    mut f: impl FnMut(&mut Session) -> std::result::Result<T, Failure>,
+    f: impl FnMut(&mut Session) -> std::result::Result<T, Failure>,
 ) -> Result<(Conn, std::result::Result<T, Failure>)> {
-    // Every idle session of the pool may be stale, and one fresh one follows them.
-    let mut attempts = pools.size() + 1;
-    loop {
-        let mut conn = pools.get(deadline)?;
-        let reused = conn.reused;
-        let outcome = f(&mut conn);
-        conn.reused = true;
-        attempts = attempts.saturating_sub(1);
-        match outcome {
-            Err(e) if reused && attempts > 0 && conn.was_stale(&e) && !deadline.is_past() => {
-                conn.poisoned = true;
-            }
-            other => return Ok((conn, other)),
-        }
-    }
+    let tries = pools.size() as usize + 1;
+    stale_session::with_session(tries, deadline, || pools.get(deadline), f)
 }
 
 /// `sql` on a pooled session ([`with_session`]) by `deadline`, a failure `Unavailable` saying `what`

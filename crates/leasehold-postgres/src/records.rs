@@ -34,15 +34,12 @@ use crate::table::{suffixed, DURABLE};
 use crate::waiting::bounded_wait;
 use crate::{created_meanwhile, with_session, PostgresBackend};
 use leasehold_core::config::DEFAULT_TABLE;
-use leasehold_core::records::{Record, RecordStore, SweepThrottle};
+use leasehold_core::records::{Record, RecordStore, SweepThrottle, SQL_SWEEP_EVERY};
 use leasehold_core::{Deadline, Error, Key, Result};
 use std::time::Duration;
 
 /// The records table when table mode names no table of its own (and always in advisory mode).
 pub const RECORDS_TABLE: &str = "leasehold_records";
-
-/// How often (at most) expired rows are deleted, per table, server and process.
-const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
 /// SQLSTATE `undefined_table`.
 const UNDEFINED_TABLE: &str = "42P01";
@@ -90,14 +87,11 @@ impl PostgresBackend {
     }
 
     /// Deletes (a bounded batch of) rows that expired over a second ago, at most once per
-    /// [`SWEEP_EVERY`] per table, server and process, when `deadline` leaves room for it. The
+    /// [`SQL_SWEEP_EVERY`] per table, server and process, when `deadline` leaves room for it. The
     /// outer condition is checked again on the locked row, so a row written meanwhile is kept.
     fn sweep_records(&self, session: &mut Session, table: &str, deadline: Deadline) {
-        static SWEEPS: SweepThrottle = SweepThrottle::new(SWEEP_EVERY);
-        if deadline.remaining() < self.pools.io_timeout {
-            return;
-        }
-        if !SWEEPS.due(&format!("{} {table}", self.describe)) {
+        static SWEEPS: SweepThrottle = SweepThrottle::new(SQL_SWEEP_EVERY);
+        if !SWEEPS.due_by(&self.describe, table, deadline, self.pools.io_timeout) {
             return;
         }
         if let Err(e) = self.delete_expired(session, table, deadline) {

@@ -16,6 +16,8 @@ use crate::tls::{Connector, Tls};
 use leasehold_core::config::PostgresSslMode;
 use leasehold_core::fork::PerProcess;
 use leasehold_core::pool::{ManageConnection, Pool, PoolError, PooledConnection};
+use leasehold_core::session_watch;
+use leasehold_core::stale_session::StaleSession;
 use leasehold_core::{Deadline, Error, Result, SessionWatch};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -143,19 +145,14 @@ impl Session {
     /// call from now on, and closed before the connection is (or as soon as the driver may have
     /// closed it). A watch attached before is closed first.
     pub fn watch(&mut self) -> Arc<SessionWatch> {
-        self.unwatch();
         let fd = if self.is_closed() { -1 } else { self.fd };
-        let watch = SessionWatch::new(fd);
-        self.watch = Some(watch.clone());
-        watch
+        session_watch::attach(&mut self.watch, fd)
     }
 
     /// The session no longer holds a lease that relies on it: its watch is closed (the lease is
     /// over) and no longer told of calls.
     pub fn unwatch(&mut self) {
-        if let Some(watch) = self.watch.take() {
-            watch.closed();
-        }
+        session_watch::detach(&mut self.watch);
     }
 
     /// Before a round trip (or any turn of the driver): the watch stops looking, since what
@@ -380,6 +377,27 @@ impl Session {
             Failure::Closed => true,
             Failure::Pg(e) => self.is_closed() || e.is_closed() || is_fatal(e),
         }
+    }
+}
+
+/// A session set aside as stale is poisoned: the pool closes it rather than keep it idle.
+impl StaleSession for Session {
+    type Failure = Failure;
+
+    fn reused(&self) -> bool {
+        self.reused
+    }
+
+    fn called(&mut self) {
+        self.reused = true;
+    }
+
+    fn was_stale(&self, failure: &Failure) -> bool {
+        Session::was_stale(self, failure)
+    }
+
+    fn set_aside(&mut self) {
+        self.poisoned = true;
     }
 }
 

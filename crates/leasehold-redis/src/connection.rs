@@ -5,6 +5,7 @@
 
 use crate::wire::Wire;
 use leasehold_core::config::{Config, RedisServer, TlsOptions};
+use leasehold_core::tls_insecure::NoVerification;
 use leasehold_core::{Deadline, Error};
 use redis::io::tcp::TcpSettings;
 use redis::{
@@ -192,7 +193,7 @@ impl Tls {
                 .ok_or_else(|| invalid("TLS", &"no crypto provider"))?;
             config
                 .dangerous()
-                .set_certificate_verifier(Arc::new(NoVerification { supported }));
+                .set_certificate_verifier(Arc::new(NoVerification::new(supported)));
         }
         Ok(Arc::new(config))
     }
@@ -502,47 +503,6 @@ impl Conn {
     pub(crate) fn bound_io(&mut self, io: Duration, deadline: Deadline) -> RedisResult<()> {
         let want = deadline.cap(io).max(Duration::from_millis(1));
         self.inner.set_budget(want)
-    }
-}
-
-/// `tls_insecure=true`: every certificate is accepted (each connection says so in the log).
-#[derive(Debug)]
-struct NoVerification {
-    supported: rustls::crypto::WebPkiSupportedAlgorithms,
-}
-
-impl rustls::client::danger::ServerCertVerifier for NoVerification {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &rustls::pki_types::ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        _message: &[u8],
-        _cert: &CertificateDer<'_>,
-        _dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        _message: &[u8],
-        _cert: &CertificateDer<'_>,
-        _dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.supported.supported_schemes()
     }
 }
 

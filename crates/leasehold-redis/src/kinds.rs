@@ -23,7 +23,7 @@
 //!
 //! Every operation is one script call on the uncontended path, bounded by one deadline.
 
-use crate::connection::ConnectSettings;
+use crate::bounds::Bounds;
 use crate::keys::RedisKeys;
 use crate::kind_keys::{PermitKeys, SharedKeys};
 use crate::node::{millis, Failure, Node, ScriptCall, Via};
@@ -64,7 +64,7 @@ impl Waiter for KindWaiter<'_> {
         } else {
             ("wait", millis(single.heartbeat.saturating_mul(3)))
         };
-        let calls = bound.min(single.write_deadline());
+        let calls = bound.min(single.bounds.write());
         let (key, kind, ttl) = (self.key, self.kind, self.ttl);
         Ok(
             match single.attempt(key, kind, &self.token, ttl, mode, calls)? {
@@ -117,12 +117,10 @@ enum Step {
 /// and failovers like the exclusive calls.
 pub(crate) struct Single<'a> {
     pub(crate) topology: &'a Topology,
-    pub(crate) settings: &'a ConnectSettings,
+    pub(crate) bounds: Bounds,
     pub(crate) prefix: &'a str,
     pub(crate) signal_ttl: Duration,
     pub(crate) heartbeat: Duration,
-    /// `replicas=N`: how much longer than a plain call an acquire or extend may take (the `WAIT`).
-    pub(crate) replicas_allowance: Duration,
 }
 
 /// An acquire script's mode (`try`, `wait` or `last`) and waiter TTL in ms. Shared locks and
@@ -185,29 +183,6 @@ impl<'a> Single<'a> {
             k.base = k.base.in_cluster(self.prefix);
         }
         k
-    }
-
-    fn call_deadline(&self) -> Deadline {
-        Deadline::for_call(self.settings.connect_timeout, self.settings.io_timeout)
-    }
-
-    /// The bound of a whole waiting acquire that ends at `end` (see `single.rs`).
-    fn acquire_bound(&self, end: Instant) -> Deadline {
-        let io = self
-            .settings
-            .io_timeout
-            .saturating_add(self.replicas_allowance);
-        Deadline::for_acquire_until(end, self.settings.connect_timeout, io)
-    }
-
-    /// The bound of one acquire attempt or extend: a call's, plus the `WAIT` for replicas.
-    fn write_deadline(&self) -> Deadline {
-        Deadline::for_call(
-            self.settings.connect_timeout,
-            self.settings
-                .io_timeout
-                .saturating_add(self.replicas_allowance),
-        )
     }
 
     /// The settle script of a share or a permit (see `scripts.rs`): a release (`ms` 0) or an
@@ -415,7 +390,7 @@ impl<'a> Single<'a> {
         let token = Token::generate()?;
         let sent = Instant::now();
         let mode = ("try", millis(self.heartbeat));
-        match self.attempt(key, kind, &token, ttl, mode, self.write_deadline())? {
+        match self.attempt(key, kind, &token, ttl, mode, self.bounds.write())? {
             Step::Granted(fence) => {
                 Ok(RawLease::new(key.clone(), token, fence, ttl, sent).with_kind(kind))
             }
@@ -432,7 +407,7 @@ impl<'a> Single<'a> {
         end: Instant,
     ) -> Result<KindWaiter<'a>> {
         let token = Token::generate()?;
-        let bound = self.acquire_bound(end);
+        let bound = self.bounds.acquire_until(end);
         // The lock's and the semaphore's keys each share the slot of this base (`kind_keys.rs`).
         let base = RedisKeys::new(self.prefix, key);
         Ok(KindWaiter {
@@ -455,7 +430,7 @@ impl<'a> Single<'a> {
         let ms = ttl.map_or(0, |t| t.as_millis());
         let (base, call) = self.settle_call(lease.kind(), lease.key(), &token, ms)?;
         let Some(_) = ttl else {
-            let deadline = self.call_deadline();
+            let deadline = self.bounds.call();
             let done: i64 = self.topology.run_standing(
                 &base,
                 deadline,
@@ -468,7 +443,7 @@ impl<'a> Single<'a> {
             )?;
             return Ok(done == 1);
         };
-        let deadline = self.write_deadline();
+        let deadline = self.bounds.write();
         let extend = |node: &Node, via: Via| {
             let (done, acked): (i64, _) = node.confirmed("extend", deadline, via, &call)?;
             if done != 1 {
@@ -516,7 +491,7 @@ impl<'a> Single<'a> {
         let b = &k.base;
         let token = lease.token();
         let signal_ttl = millis(self.signal_ttl);
-        let deadline = self.write_deadline();
+        let deadline = self.bounds.write();
         let sent = Instant::now();
         let promote = |node: &Node, via: Via| {
             let call = ScriptCall::new(&PROMOTE_SCRIPT)
@@ -582,7 +557,7 @@ impl<'a> Single<'a> {
         let b = &k.base;
         let token = lease.token();
         let signal_ttl = millis(self.signal_ttl);
-        let deadline = self.write_deadline();
+        let deadline = self.bounds.write();
         let sent = Instant::now();
         let call = ScriptCall::new(&DEMOTE_SCRIPT)
             .keys([&b.lock, &b.queue, &b.heartbeats, &k.shares, &k.share_fences])
@@ -622,7 +597,7 @@ impl<'a> Single<'a> {
     pub(crate) fn restore(&self, key: &Key, token: Token) -> Result<RawLease> {
         let k = self.shared_keys(key);
         let sent = Instant::now();
-        let deadline = self.call_deadline();
+        let deadline = self.bounds.call();
         let reply = self.topology.run_standing(
             &k.base,
             deadline,
@@ -641,7 +616,7 @@ impl<'a> Single<'a> {
     pub(crate) fn force_release(&self, key: &Key) -> Result<bool> {
         let k = SharedKeys::new(self.prefix, key);
         let signal_ttl = millis(self.signal_ttl);
-        let held: i64 = self.call(&k.base, "force_release", self.call_deadline(), |_, c| {
+        let held: i64 = self.call(&k.base, "force_release", self.bounds.call(), |_, c| {
             k.force_release(signal_ttl).invoke(c)
         })?;
         Ok(held == 1)
@@ -649,7 +624,7 @@ impl<'a> Single<'a> {
 
     /// A lock's holders (exclusive or shared) or a semaphore's, on the node serving the key.
     pub(crate) fn inspect_as(&self, key: &Key, kind: LeaseKind) -> Result<KeyInfo> {
-        let deadline = self.call_deadline();
+        let deadline = self.bounds.call();
         let base = RedisKeys::new(self.prefix, key);
         self.topology.run(&base, deadline, |node, via| {
             inspect_routed(node, via, self.prefix, key, kind, deadline)

@@ -102,6 +102,7 @@
 //! - `rediss://` verifies the server certificate against the system trust store (`SSL_CERT_FILE` /
 //!   `SSL_CERT_DIR` override it), with rustls and the ring provider.
 
+mod bounds;
 mod cluster;
 mod connection;
 mod doctor;

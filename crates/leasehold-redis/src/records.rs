@@ -25,7 +25,7 @@ use crate::node::{millis, Failure, ScriptCall};
 use crate::scripts::RECORD_SCRIPT;
 use crate::single::RedisBackend;
 use leasehold_core::records::{Record, RecordStore};
-use leasehold_core::{Deadline, Error, Key, Result};
+use leasehold_core::{Error, Key, Result};
 use redis::Value;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -154,8 +154,7 @@ impl RecordStore for RedisBackend {
         let single = self.kinds();
         let routing = RedisKeys::new(single.prefix, key);
         let call = get_call(&record_name(single.prefix, key));
-        let settings = single.settings;
-        let deadline = Deadline::for_call(settings.connect_timeout, settings.io_timeout);
+        let deadline = single.bounds.call();
         single.topology.run(&routing, deadline, |node, via| {
             let reply: Value = node.call_routed("record get", deadline, |c| {
                 call.send(c, via, None).map(|(reply, _)| reply)
@@ -176,14 +175,8 @@ impl RecordStore for RedisBackend {
             keep,
             stamp(),
         );
-        let settings = single.settings;
-        // A write's bound, as acquire's and extend's: a call's, plus the `WAIT` for replicas.
-        let deadline = Deadline::for_call(
-            settings.connect_timeout,
-            settings
-                .io_timeout
-                .saturating_add(single.replicas_allowance),
-        );
+        // A write's bound, as acquire's and extend's.
+        let deadline = single.bounds.write();
         single.topology.run(&routing, deadline, |node, via| {
             let (reply, acked): (Value, _) = node.confirmed("record put", deadline, via, &call)?;
             let written = put_reply(node.name(), reply).map_err(Failure::from_error)?;

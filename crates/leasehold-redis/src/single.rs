@@ -25,6 +25,7 @@
 //! that crashed just after acquiring (for a head that takes no grant the key stays reserved, up to
 //! about four heartbeat intervals).
 
+use crate::bounds::Bounds;
 use crate::cluster::Cluster;
 use crate::connection::ConnectSettings;
 use crate::keys::RedisKeys;
@@ -59,9 +60,7 @@ const MIN_WAITER_HEARTBEAT: Duration = Duration::from_millis(100);
 /// slot's master (see `topology.rs`). The same scripts and key layout everywhere.
 pub struct RedisBackend {
     topology: Topology,
-    settings: ConnectSettings,
-    /// `replicas=N`: how much longer than a plain call an acquire or extend may take (the `WAIT`).
-    replicas_allowance: Duration,
+    bounds: Bounds,
     blocks_fractionally: bool,
     prefix: String,
     description: String,
@@ -150,13 +149,15 @@ impl RedisBackend {
             _ => true,
         };
         Ok(RedisBackend {
-            replicas_allowance: if config.redis.replicas == 0 {
-                Duration::ZERO
-            } else {
-                config.redis.replicas_timeout
-            },
+            bounds: Bounds::new(
+                &settings,
+                if config.redis.replicas == 0 {
+                    Duration::ZERO
+                } else {
+                    config.redis.replicas_timeout
+                },
+            ),
             topology,
-            settings,
             blocks_fractionally,
             prefix: config.prefix.clone(),
             description: config.describe(),
@@ -193,31 +194,6 @@ impl RedisBackend {
         self
     }
 
-    /// The bound of a whole waiting acquire that ends at `end`: every attempt, checkout and block
-    /// draws on it, so the call returns within wait + connect + I/O (+ the replicas' `WAIT`).
-    pub(crate) fn acquire_bound(&self, end: Instant) -> Deadline {
-        let io = self
-            .settings
-            .io_timeout
-            .saturating_add(self.replicas_allowance);
-        Deadline::for_acquire_until(end, self.settings.connect_timeout, io)
-    }
-
-    /// The bound of one call that is not a wait: connect + I/O timeout.
-    fn call_deadline(&self) -> Deadline {
-        Deadline::for_call(self.settings.connect_timeout, self.settings.io_timeout)
-    }
-
-    /// The bound of one acquire attempt or extend: a call's, plus the `WAIT` for replicas.
-    fn write_deadline(&self) -> Deadline {
-        Deadline::for_call(
-            self.settings.connect_timeout,
-            self.settings
-                .io_timeout
-                .saturating_add(self.replicas_allowance),
-        )
-    }
-
     fn keys(&self, key: &Key) -> RedisKeys {
         let keys = RedisKeys::new(&self.prefix, key);
         if matches!(self.topology, Topology::Cluster(_)) {
@@ -240,7 +216,7 @@ impl RedisBackend {
         mode: Mode,
         bound: Deadline,
     ) -> Result<Attempt> {
-        let deadline = bound.min(self.write_deadline());
+        let deadline = bound.min(self.bounds.write());
         self.topology.run(keys, deadline, |node, via| {
             node.acquire_via(keys, token, ttl, mode, self.signal_ttl, deadline, via)
         })
@@ -282,7 +258,7 @@ impl RedisBackend {
             return Ok(Some(lease));
         }
         let sent = Instant::now();
-        let deadline = bound.min(self.write_deadline());
+        let deadline = bound.min(self.bounds.write());
         match self.topology.run_standing(
             keys,
             deadline,
@@ -339,7 +315,7 @@ impl Waiter for QueueWaiter<'_> {
             // replicas, so the head is woken to acquire for itself instead. A release grants the
             // key to us only while our wait has not ended, by the server's clock and with a margin
             // for the grant to reach us.
-            let grants = backend.replicas_allowance.is_zero();
+            let grants = backend.bounds.replicas_allowance.is_zero();
             Mode::Wait {
                 waiter_ttl: backend.waiter_ttl(),
                 grant_within: if grants {
@@ -411,10 +387,7 @@ impl LockBackend for RedisBackend {
     }
 
     fn diagnose(&self) -> Result<leasehold_core::doctor::Diagnosis> {
-        let settings = &self.settings;
-        crate::doctor::diagnose_topology(&self.topology, &self.prefix, || {
-            Deadline::for_call(settings.connect_timeout, settings.io_timeout)
-        })
+        crate::doctor::diagnose_topology(&self.topology, &self.prefix, || self.bounds.call())
     }
 
     fn name(&self) -> &'static str {
@@ -441,7 +414,7 @@ impl LockBackend for RedisBackend {
             return self.kinds().release(lease);
         }
         let keys = self.keys(lease.key());
-        let (token, deadline) = (lease.token(), self.call_deadline());
+        let (token, deadline) = (lease.token(), self.bounds.call());
         if self.topology.run_standing(
             &keys,
             deadline,
@@ -460,7 +433,7 @@ impl LockBackend for RedisBackend {
         }
         let keys = self.keys(lease.key());
         let sent = Instant::now();
-        let (token, deadline) = (lease.token(), self.write_deadline());
+        let (token, deadline) = (lease.token(), self.bounds.write());
         if self.topology.run_standing(
             &keys,
             deadline,
@@ -514,7 +487,7 @@ impl LockBackend for RedisBackend {
             token,
             ttl,
             end,
-            bound: self.acquire_bound(end),
+            bound: self.bounds.acquire_until(end),
             renewed: Instant::now(),
         }))
     }
@@ -539,7 +512,7 @@ impl RedisBackend {
         let keys = self.keys(key);
         let token = Token::generate()?;
         let sent = Instant::now();
-        let deadline = self.write_deadline();
+        let deadline = self.bounds.write();
         let attempt = self.topology.run(&keys, deadline, |node, via| {
             node.acquire_via(
                 &keys,
@@ -560,11 +533,10 @@ impl RedisBackend {
     pub(crate) fn kinds(&self) -> crate::kinds::Single<'_> {
         crate::kinds::Single {
             topology: &self.topology,
-            settings: &self.settings,
+            bounds: self.bounds,
             prefix: &self.prefix,
             signal_ttl: self.signal_ttl,
             heartbeat: self.heartbeat,
-            replicas_allowance: self.replicas_allowance,
         }
     }
 }

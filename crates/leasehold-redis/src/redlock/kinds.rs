@@ -39,6 +39,7 @@ use crate::scripts::{
     REDLOCK_SHARED_ACQUIRE_SCRIPT,
 };
 use leasehold_core::{Deadline, Error, Key, LeaseKind, Permits, Result, Token, Ttl};
+use redis::ScriptInvocation;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -197,20 +198,27 @@ pub(crate) fn settle(
         (NodeOp::Shared(k), _) => node.call(what, deadline, |c| {
             k.settle(token, ms, millis(signal_ttl)).invoke(c)
         })?,
-        (NodeOp::Permit { keys: k, .. }, _) => node.call(what, deadline, |c| {
-            REDLOCK_PERMIT_SETTLE_SCRIPT
-                .key(&k.slots)
-                .key(&k.slot_of)
-                .key(&k.holders)
-                .key(&k.taken)
-                .key(&k.size)
-                .arg(token.as_str())
-                .arg(ms)
-                .invoke(c)
-        })?,
+        (NodeOp::Permit { keys: k, .. }, _) => {
+            node.call(what, deadline, |c| permit_settle(k, token, ms).invoke(c))?
+        }
     };
     // A permit's extend answers its slot + 1 (see `extend_on`).
     Ok(done >= 1)
+}
+
+/// The permit settle script on one node: a release (`ms` 0; answers 1 if `token` held a live
+/// permit there, else 0) or an extend to `ms` (answers the slot + 1 it holds, else 0). Built in
+/// one place, so that its KEYS and ARGV order matches the script's for both.
+fn permit_settle(k: &PermitKeys, token: &Token, ms: u64) -> ScriptInvocation<'static> {
+    let mut call = REDLOCK_PERMIT_SETTLE_SCRIPT.prepare_invoke();
+    call.key(&k.slots)
+        .key(&k.slot_of)
+        .key(&k.holders)
+        .key(&k.taken)
+        .key(&k.size)
+        .arg(token.as_str())
+        .arg(ms);
+    call
 }
 
 /// One node's extend: the slot the node holds our token in (`Some(0)` for a lock or a share, which
@@ -240,15 +248,7 @@ pub(crate) fn extend_on(
         return Ok(held.then_some(0));
     };
     let done: i64 = node.call("extend", deadline, |c| {
-        REDLOCK_PERMIT_SETTLE_SCRIPT
-            .key(&k.slots)
-            .key(&k.slot_of)
-            .key(&k.holders)
-            .key(&k.taken)
-            .key(&k.size)
-            .arg(token.as_str())
-            .arg(ttl.as_millis())
-            .invoke(c)
+        permit_settle(k, token, ttl.as_millis()).invoke(c)
     })?;
     Ok(u32::try_from(done - 1).ok())
 }
