@@ -129,6 +129,7 @@ fn for_url(url: &str, seed: u64, duration: Duration) -> scenarios::Setup {
         catalogue,
         keep: vec![Box::new(proxies)],
         session_ends: scenarios::SessionEnds::default(),
+        restarts: scenarios::Restarts::default(),
     }
 }
 

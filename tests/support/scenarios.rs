@@ -5,7 +5,10 @@
 //! Two rules for all:
 //! - A server that loses what it held (restarted without persistence, or a backend whose locks are
 //!   sessions) stays down longer than the longest TTL ([`MAX_TTL`]), the README's advice: no lease
-//!   granted before the loss can still be believed after it.
+//!   granted before the loss can still be believed after it. The durability scenarios
+//!   ([`redis_aof`], [`postgres_durable`], [`mysql_durable`]) do the opposite on purpose: a server
+//!   set up to keep its leases through a crash restarts at once, with leases of seconds, and must
+//!   lose none.
 //! - A server is stopped for at most the checker's `SERVER_STALL`; a Cluster master for less than
 //!   the node timeout, so a pause never starts a failover, and a failover (a kill) takes longer
 //!   than any TTL, so every lease the lost master knew of has expired before the promoted replica
@@ -50,14 +53,21 @@ pub struct Setup {
     /// When faults ended every client session, for a backend whose leases live in their sessions:
     /// the checker ends those leases there and judges what their holders believed after.
     pub session_ends: SessionEnds,
+    /// When a fault crashed the server and it answered again with its data, for the scenarios
+    /// that claim to keep every lease through that: the checker counts the leases relied on
+    /// across one (it grants nothing for them).
+    pub restarts: Restarts,
 }
+
+/// The `(crash, back)` of each crash and restart of the server with its data.
+pub type Restarts = Arc<Mutex<Vec<(Instant, Instant)>>>;
 
 /// The `(invoke, complete)` of each call that ended every client session, and how long the fault
 /// proxy held every chunk while it ran ([`held_by`]).
 pub type SessionEnds = Arc<Mutex<Vec<(Instant, Instant, Duration)>>>;
 
 /// The scenarios by name, for the soak's `--backend`.
-pub const NAMES: [&str; 14] = [
+pub const NAMES: [&str; 17] = [
     "local",
     "redis",
     "redis-replicas",
@@ -72,6 +82,9 @@ pub const NAMES: [&str; 14] = [
     "redis-evicting",
     "postgres-table-pgbouncer-session",
     "postgres-table-pgbouncer-transaction",
+    "redis-aof",
+    "postgres-table-durable",
+    "mysql-table-durable",
 ];
 
 /// The scenario called `name` (one of [`NAMES`]).
@@ -93,6 +106,9 @@ pub fn by_name(name: &str, seed: u64, duration: Duration) -> Option<Setup> {
         "postgres-table-pgbouncer-transaction" => {
             postgres_pgbouncer(PoolMode::Transaction, seed, duration)
         }
+        "redis-aof" => redis_aof(seed, duration),
+        "postgres-table-durable" => postgres_durable(seed, duration),
+        "mysql-table-durable" => mysql_durable(seed, duration),
         _ => return None,
     })
 }
@@ -145,6 +161,7 @@ pub fn local(seed: u64, duration: Duration) -> Setup {
         catalogue,
         keep: vec![Box::new(dir)],
         session_ends: SessionEnds::default(),
+        restarts: Restarts::default(),
     }
 }
 
@@ -191,6 +208,7 @@ pub fn redis(seed: u64, duration: Duration) -> Setup {
         catalogue,
         keep: vec![Box::new(proxies), Box::new(server)],
         session_ends: SessionEnds::default(),
+        restarts: Restarts::default(),
     }
 }
 
@@ -233,6 +251,7 @@ pub fn redis_replicas(seed: u64, duration: Duration) -> Setup {
         catalogue,
         keep: vec![Box::new(proxies), Box::new(replica), Box::new(master)],
         session_ends: SessionEnds::default(),
+        restarts: Restarts::default(),
     }
 }
 
@@ -298,6 +317,7 @@ pub fn redlock(seed: u64, duration: Duration) -> Setup {
         catalogue,
         keep: vec![Box::new(proxies), Box::new(servers)],
         session_ends: SessionEnds::default(),
+        restarts: Restarts::default(),
     }
 }
 
@@ -382,6 +402,7 @@ pub fn redis_cluster(seed: u64, duration: Duration) -> Setup {
         catalogue,
         keep: vec![Box::new(cluster)],
         session_ends: SessionEnds::default(),
+        restarts: Restarts::default(),
     }
 }
 
@@ -433,6 +454,7 @@ pub fn redis_sentinel(seed: u64, duration: Duration) -> Setup {
         catalogue,
         keep: vec![Box::new(group)],
         session_ends: SessionEnds::default(),
+        restarts: Restarts::default(),
     }
 }
 
@@ -550,6 +572,7 @@ pub fn redis_evicting(seed: u64, duration: Duration) -> Setup {
         catalogue,
         keep: vec![Box::new(server)],
         session_ends: SessionEnds::default(),
+        restarts: Restarts::default(),
     }
 }
 
@@ -666,6 +689,7 @@ pub fn postgres_pgbouncer(mode: PoolMode, seed: u64, duration: Duration) -> Setu
         catalogue,
         keep: vec![Box::new(proxies), Box::new(bouncer), Box::new(server)],
         session_ends: SessionEnds::default(),
+        restarts: Restarts::default(),
     }
 }
 
@@ -744,6 +768,7 @@ pub fn postgres(mode: &str, seed: u64, duration: Duration) -> Setup {
         catalogue,
         keep: vec![Box::new(proxies), Box::new(server)],
         session_ends,
+        restarts: Restarts::default(),
     }
 }
 
@@ -848,6 +873,7 @@ pub fn etcd(seed: u64, duration: Duration) -> Setup {
         catalogue,
         keep: vec![Box::new(proxies), Box::new(cluster)],
         session_ends: SessionEnds::default(),
+        restarts: Restarts::default(),
     }
 }
 
@@ -965,7 +991,9 @@ pub fn mysql(mode: &str, seed: u64, duration: Duration) -> Setup {
     let (url, proxies) = torture::proxied(&lock(&server).url_with(&format!("lock={mode}")));
     let mut plan = Plan::new(&url, duration, seed);
     let table = mode == "table";
-    if !table {
+    if table {
+        plan.writer_mark = MYSQL_WRITER_MARK;
+    } else {
         plan.shared = false;
         plan.swaps = false;
         plan.handoff_chance = 0.0;
@@ -996,8 +1024,15 @@ pub fn mysql(mode: &str, seed: u64, duration: Duration) -> Setup {
         catalogue,
         keep: vec![Box::new(proxies), Box::new(server)],
         session_ends,
+        restarts: Restarts::default(),
     }
 }
+
+/// How long MySQL/MariaDB table mode's waiting writer keeps new readers back past its last attempt
+/// (its row's `writer_until` mark), which a writer that gives up leaves to run out: readers are
+/// refused meanwhile with no holder, a liveness cost the README states. Seen once leases last
+/// seconds (the durability run): a writer's wait of at most 300 ms ends while readers hold on.
+const MYSQL_WRITER_MARK: Duration = Duration::from_secs(1);
 
 /// A database server the test kit runs: it can be stopped and woken, killed and started again on
 /// its data.
@@ -1073,6 +1108,172 @@ fn database_faults<S: DatabaseServer>(
     );
 }
 
+/// The TTLs workers ask for in the durability scenarios: far longer than a crashed server takes
+/// to answer again with its data (Redis loading its AOF: tens of milliseconds; PostgreSQL's and
+/// MariaDB's crash recovery: about a second on this machine), so that leases granted before a
+/// crash are still held, and relied on, when it is back. Had the server lost them, another client
+/// would be granted a held key: the checker's overlaps.
+const DURABLE_TTLS: std::ops::RangeInclusive<Duration> =
+    Duration::from_millis(1500)..=Duration::from_millis(5000);
+
+/// The workers of a durability scenario: TTLs of [`DURABLE_TTLS`], holders at work for up to half
+/// of what is left of their lease (so that many are at work when the server crashes), and fewer
+/// pauses past the TTL (which now last seconds).
+fn durable_plan(url: &str, duration: Duration, seed: u64) -> Plan {
+    let mut plan = Plan::new(url, duration, seed);
+    plan.ttls = DURABLE_TTLS;
+    plan.work_share = 2;
+    plan.pause_chance = 0.05;
+    plan
+}
+
+/// The one fault of a durability scenario: the server crashed (`crash`) and started again at once
+/// on its data (`start`, which returns once it answers and says what it did), recorded in
+/// `restarts`. It is down for the restart's time only, far less than a TTL, so nothing but the
+/// data it kept can keep a lease held across it. No proxy and no other fault: an overlap in such a
+/// run is the crash's.
+fn crash_restart_with_data(
+    catalogue: &mut Catalogue,
+    name: &str,
+    every: Duration,
+    restarts: &Restarts,
+    crash: impl Fn() + Send + Sync + 'static,
+    start: impl Fn() -> String + Send + Sync + 'static,
+) {
+    let restarts = restarts.clone();
+    catalogue.add(
+        name,
+        "server",
+        every,
+        Duration::ZERO,
+        Duration::ZERO,
+        Duration::from_millis(500),
+        move |_, _| {
+            let crashed = Instant::now();
+            crash();
+            let what = start();
+            let back = Instant::now();
+            lock(&restarts).push((crashed, back));
+            format!("back after {:?}{what}", back - crashed)
+        },
+    );
+}
+
+/// Redis as an operator who relies on its persistence runs it: AOF on, `appendfsync everysec`
+/// from the start, then `always` and `everysec` in turn after each restart (`CONFIG SET`, so the
+/// period before each crash runs under one of them). The server killed (kill -9) and restarted at
+/// once on its AOF: leases and fences survive (README, "restart with persistence"), so the checker
+/// must find nothing. With `--appendonly no` the same run finds overlaps.
+pub fn redis_aof(seed: u64, duration: Duration) -> Setup {
+    let server = shared(RedisServer::start_with_aof("everysec"));
+    let plan = durable_plan(&lock(&server).url(), duration, seed);
+    let mut catalogue = Catalogue::new();
+    let restarts = Restarts::default();
+    let (s1, s2) = (server.clone(), server.clone());
+    let crashes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let policy = |n: usize| ["everysec", "always"][n % 2];
+    crash_restart_with_data(
+        &mut catalogue,
+        "kill -9 redis, restart at once on its AOF",
+        Duration::from_secs(3),
+        &restarts,
+        move || lock(&s1).kill(),
+        move || {
+            let n = crashes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let s = &mut *lock(&s2);
+            s.restart();
+            let next = policy(n + 1);
+            let set = s.command(&[b"CONFIG", b"SET", b"appendfsync", next.as_bytes()]);
+            let keys = s.command(&[b"DBSIZE"]);
+            format!(
+                " (crashed under appendfsync {}; {} keys; now {next}: {})",
+                policy(n),
+                keys.trim().trim_start_matches(':'),
+                set.trim()
+            )
+        },
+    );
+    Setup {
+        plan,
+        catalogue,
+        keep: vec![Box::new(server)],
+        session_ends: SessionEnds::default(),
+        restarts,
+    }
+}
+
+/// PostgreSQL table mode on a server set to `synchronous_commit = off` (an operator trading
+/// durability for speed), with `wal_writer_delay = 10s` (the longest: what asynchronous commits
+/// leave in the server's memory waits that long to be written), crashed (immediate shutdown: what
+/// the server had not written of its WAL is lost) and started again at once on its data. Every
+/// statement of table mode commits with `SET LOCAL synchronous_commit = on`, so leases and fences
+/// survive (README, "restart with persistence"): the checker must find nothing; with that taken
+/// out, it finds overlaps. `fsync` stays off (the testkit's default): it decides what a crash of
+/// the host loses, which this test cannot do; a crash of the server loses what was not yet
+/// written, which `synchronous_commit` decides.
+pub fn postgres_durable(seed: u64, duration: Duration) -> Setup {
+    let server = shared(PostgresServer::start_with_settings(&[
+        "synchronous_commit=off",
+        "wal_writer_delay=10s",
+    ]));
+    let plan = durable_plan(&lock(&server).url_with("lock=table"), duration, seed);
+    let mut catalogue = Catalogue::new();
+    let restarts = Restarts::default();
+    let (s1, s2) = (server.clone(), server.clone());
+    crash_restart_with_data(
+        &mut catalogue,
+        "crash postgres (immediate shutdown), restart at once on its data",
+        Duration::from_secs(4),
+        &restarts,
+        move || lock(&s1).kill(),
+        move || {
+            lock(&s2).start_again();
+            String::new()
+        },
+    );
+    Setup {
+        plan,
+        catalogue,
+        keep: vec![Box::new(server)],
+        session_ends: SessionEnds::default(),
+        restarts,
+    }
+}
+
+/// MariaDB table mode with `innodb_flush_log_at_trx_commit=2` (the log written to the OS at every
+/// commit, synced once a second), killed (kill -9) and started again at once on its data: leases
+/// and fences survive (README's MySQL/MariaDB table, "restart with persistence"), so the checker
+/// must find nothing. (MariaDB 10.11 kept every committed row through kill -9 even with `0`, so
+/// this run cannot be broken by the setting there.)
+pub fn mysql_durable(seed: u64, duration: Duration) -> Setup {
+    let server = shared(MariaDbServer::start_with_options(&[
+        "--innodb-flush-log-at-trx-commit=2",
+    ]));
+    let mut plan = durable_plan(&lock(&server).url_with("lock=table"), duration, seed);
+    plan.writer_mark = MYSQL_WRITER_MARK;
+    let mut catalogue = Catalogue::new();
+    let restarts = Restarts::default();
+    let (s1, s2) = (server.clone(), server.clone());
+    crash_restart_with_data(
+        &mut catalogue,
+        "kill -9 mariadb, restart at once on its data",
+        Duration::from_secs(4),
+        &restarts,
+        move || lock(&s1).kill(),
+        move || {
+            lock(&s2).start_again();
+            String::new()
+        },
+    );
+    Setup {
+        plan,
+        catalogue,
+        keep: vec![Box::new(server)],
+        session_ends: SessionEnds::default(),
+        restarts,
+    }
+}
+
 /// The end of a run without faults: the last leases are judged on a healed system.
 const TAIL: Duration = Duration::from_secs(2);
 
@@ -1084,6 +1285,7 @@ pub fn run(name: &str, setup: Setup, seed: u64) -> leasehold_testkit::Report {
         catalogue,
         keep,
         session_ends,
+        restarts,
     } = setup;
     let schedule = Schedule::draw(&catalogue, seed, plan.duration, TAIL);
     eprintln!("{name}: seed={seed}: {schedule}");
@@ -1097,6 +1299,9 @@ pub fn run(name: &str, setup: Setup, seed: u64) -> leasehold_testkit::Report {
     }
     for &(invoke, complete, held) in lock(&session_ends).iter() {
         run.history.sessions_ended(invoke, complete, held);
+    }
+    for &(crashed, back) in lock(&restarts).iter() {
+        run.history.server_restarted(crashed, back);
     }
     let report = run.finish(Duration::from_secs(3));
     drop(keep);

@@ -19,8 +19,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// The longest TTL a worker asks for (acquire or extend): a server that loses its data stays down
-/// longer than this, so no lease granted before the loss is still believed after it.
+/// The longest TTL a worker asks for (acquire or extend) unless its plan says otherwise: a server
+/// that loses its data stays down longer than this, so no lease granted before the loss is still
+/// believed after it.
 pub const MAX_TTL: Duration = Duration::from_millis(200);
 
 #[derive(Debug, Clone)]
@@ -62,6 +63,14 @@ pub struct Plan {
     /// client, as a PHP-FPM worker with a persistent connection does between requests: a client
     /// that made no call while the servers changed (a failover) learns of it on its next call.
     pub idle: Option<(f64, std::ops::RangeInclusive<Duration>)>,
+    /// The TTLs workers ask for (acquire and extend), drawn from this range; a paused holder
+    /// sleeps past its end. 20 ms to [`MAX_TTL`] by default; longer where a server crashes and
+    /// comes back with its data, so that leases granted before the crash are still held, and
+    /// relied on, once it answers again.
+    pub ttls: std::ops::RangeInclusive<Duration>,
+    /// How long a writer that waited keeps new readers back after its wait ended
+    /// ([`CheckConfig::writer_mark`]).
+    pub writer_mark: Duration,
 }
 
 impl Plan {
@@ -85,6 +94,8 @@ impl Plan {
             server_hold_floor: Duration::ZERO,
             work_share: 4,
             idle: None,
+            ttls: Duration::from_millis(20)..=MAX_TTL,
+            writer_mark: Duration::ZERO,
         }
     }
 
@@ -174,6 +185,7 @@ pub fn start(plan: &Plan) -> Run {
         config: CheckConfig {
             refusals_may_hold: plan.refusals_may_hold,
             server_hold_floor: plan.server_hold_floor,
+            writer_mark: plan.writer_mark,
             ..CheckConfig::default()
         },
     }
@@ -215,8 +227,9 @@ fn outcome_of(e: &Error) -> Outcome {
     }
 }
 
-fn random_ttl(rng: &mut fastrand::Rng) -> Duration {
-    Duration::from_millis(rng.u64(20..=MAX_TTL.as_millis() as u64))
+fn random_ttl(plan: &Plan, rng: &mut fastrand::Rng) -> Duration {
+    let (lo, hi) = (plan.ttls.start().as_millis(), plan.ttls.end().as_millis());
+    Duration::from_millis(rng.u64(lo as u64..=hi as u64))
 }
 
 /// The mode of the next acquire: exclusive half the time, else shared or a permit when offered.
@@ -298,7 +311,7 @@ fn worker(w: usize, plan: &Plan, url: &str, sh: &Shared) {
             Mode::Permit(_) => format!("torture-sem:{}", rng.usize(..plan.keys.max(1))),
             _ => format!("torture:{}", rng.usize(..plan.keys.max(1))),
         };
-        let ttl = random_ttl(&mut rng);
+        let ttl = random_ttl(plan, &mut rng);
         let wait = Duration::from_millis(rng.u64(0..=300));
         let op = Op::acquire(w, &key, ttl, wait, plan.acquire_bound(wait)).with_mode(mode);
         let id = h.invoke(op);
@@ -358,13 +371,13 @@ fn hold(w: usize, plan: &Plan, rng: &mut fastrand::Rng, sh: &Shared, held: Held,
     if rng.f64() < plan.pause_chance {
         // A holder paused (GC, SIGSTOP) past its TTL, then writing as if nothing happened: the
         // store must refuse it if a newer holder has written.
-        std::thread::sleep(MAX_TTL + Duration::from_millis(rng.u64(1..=50)));
+        std::thread::sleep(*plan.ttls.end() + Duration::from_millis(rng.u64(1..=50)));
     } else {
         let remaining = lease.remaining().as_millis() as u64;
         let share = remaining / plan.work_share.max(1);
         work(h, id, &lease, Duration::from_millis(rng.u64(0..=share)));
         if rng.u8(..5) == 0 {
-            let new_ttl = random_ttl(rng);
+            let new_ttl = random_ttl(plan, rng);
             let op = Op::extend(w, key, id, new_ttl, plan.extend_bound());
             if renew(plan, h, &mut lease, op, |l| l.extend(new_ttl)) {
                 ttl = ttl.map(|_| new_ttl);

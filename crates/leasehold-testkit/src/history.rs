@@ -251,6 +251,11 @@ pub struct Snapshot {
     pub session_ends: Vec<SessionEnd>,
     /// When the machine kept a probe thread off the CPU far past its wake-up (see `stall.rs`).
     pub stalls: Vec<Stall>,
+    /// Every time the server was crashed and started again with its data, from the crash until it
+    /// answered again. The checker grants nothing for them (a backend that keeps its leases through
+    /// such a restart must lose none); it counts the leases relied on across one
+    /// ([`crate::Report::held_across_restarts`]), to show that a run put the claim to the test.
+    pub restarts: Vec<Restart>,
 }
 
 /// A stretch in which a probe thread that asked to wake was not running ([`Snapshot::stalls`]).
@@ -268,6 +273,13 @@ impl Snapshot {
             .map(|s| s.end.min(to).saturating_sub(s.start.max(from)))
             .sum()
     }
+}
+
+/// One crash and restart of the server with its data ([`Snapshot::restarts`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Restart {
+    pub crashed: Duration,
+    pub back: Duration,
 }
 
 /// One call that ended every client session ([`Snapshot::session_ends`]).
@@ -296,6 +308,7 @@ impl Snapshot {
             end,
             session_ends: Vec::new(),
             stalls: Vec::new(),
+            restarts: Vec::new(),
         }
     }
 
@@ -322,6 +335,17 @@ impl Snapshot {
         self
     }
 
+    /// Adds a hand-written crash and restart of the server with its data.
+    pub fn with_restart(mut self, crashed_ms: u64, back_ms: u64) -> Snapshot {
+        let restart = Restart {
+            crashed: Duration::from_millis(crashed_ms),
+            back: Duration::from_millis(back_ms),
+        };
+        self.end = self.end.max(restart.back);
+        self.restarts.push(restart);
+        self
+    }
+
     /// Adds hand-written beliefs `(lease, at_ms, until_ms)`.
     pub fn with_beliefs(mut self, beliefs: &[(OpId, u64, u64)]) -> Snapshot {
         for &(lease, at, until) in beliefs {
@@ -341,6 +365,7 @@ pub struct History {
     beliefs: Mutex<Vec<Belief>>,
     session_ends: Mutex<Vec<SessionEnd>>,
     stalls: Mutex<Vec<Stall>>,
+    restarts: Mutex<Vec<Restart>>,
 }
 
 impl Default for History {
@@ -357,6 +382,7 @@ impl History {
             beliefs: Mutex::new(Vec::new()),
             session_ends: Mutex::new(Vec::new()),
             stalls: Mutex::new(Vec::new()),
+            restarts: Mutex::new(Vec::new()),
         }
     }
 
@@ -449,6 +475,19 @@ impl History {
             });
     }
 
+    /// Records that the server crashed at `crashed` and answered again, with its data, at `back`
+    /// (see [`Snapshot::restarts`]).
+    pub fn server_restarted(&self, crashed: Instant, back: Instant) {
+        let since = |t: Instant| t.saturating_duration_since(self.start);
+        self.restarts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Restart {
+                crashed: since(crashed),
+                back: since(back),
+            });
+    }
+
     pub fn len(&self) -> usize {
         self.ops().len()
     }
@@ -474,12 +513,18 @@ impl History {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        let restarts = self
+            .restarts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         Snapshot {
             ops: ops.clone(),
             beliefs,
             end: self.now(),
             session_ends,
             stalls,
+            restarts,
         }
     }
 }

@@ -5,7 +5,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A `redis-server` of our own on a free loopback port, without persistence, killed on drop.
+/// A `redis-server` of our own on a free loopback port, without persistence (unless started with
+/// [`RedisServer::start_with_aof`]), killed on drop.
 /// `kill`/`start`/`pause`/`resume` let fault tests stop and bring it back on the same port.
 #[derive(Debug)]
 pub struct RedisServer {
@@ -50,6 +51,21 @@ impl RedisServer {
                 "@SOCKET@".into(),
                 "--unixsocketperm".into(),
                 "700".into(),
+            ],
+        )
+    }
+
+    /// With persistence as an operator who relies on it runs it: AOF on (`--appendonly yes`) with
+    /// `appendfsync` set to `fsync` (`always` or `everysec`), in the server's own directory, which
+    /// [`RedisServer::restart`] keeps: a server killed and restarted comes back with its data.
+    pub fn start_with_aof(fsync: &str) -> RedisServer {
+        Self::start_with_args(
+            None,
+            vec![
+                "--appendonly".into(),
+                "yes".into(),
+                "--appendfsync".into(),
+                fsync.into(),
             ],
         )
     }
@@ -320,7 +336,8 @@ impl RedisServer {
         }
     }
 
-    /// Starts it again on the same port, empty (it keeps nothing on disk).
+    /// Starts it again on the same port: empty, or with what its AOF kept when started with
+    /// [`RedisServer::start_with_aof`] (its directory outlives the process).
     pub fn restart(&mut self) {
         self.kill();
         for _ in 0..50 {

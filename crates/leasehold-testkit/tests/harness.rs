@@ -680,3 +680,31 @@ fn a_server_that_is_gone_closes_the_clients_connection() {
     );
     assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
 }
+
+/// A reader refused after a writer gave up waiting, with nobody holding the key: stranded, unless
+/// the backend's waiting writer marks the key for longer than its wait (`writer_mark`, MySQL table
+/// mode), and only within that mark.
+#[test]
+fn a_reader_refused_behind_a_writer_that_gave_up_is_stranded_past_the_writer_mark() {
+    let ops = |refused_at: u64| {
+        vec![
+            acq_as(0, Mode::Exclusive, 0, 1).with_fence(1),
+            rel(0, 0, 50, 51, Outcome::Ok),
+            // A writer that waited from 20 to 40 and gave up.
+            Op::acquire(1, "k", ms(100), ms(20), BOUND).at(20, Some(40), Outcome::NotAcquired),
+            Op::acquire(2, "k", ms(100), Duration::ZERO, BOUND)
+                .with_mode(Mode::Shared)
+                .at(refused_at, Some(refused_at + 1), Outcome::NotAcquired),
+        ]
+    };
+    let marked = CheckConfig {
+        writer_mark: ms(1000),
+        ..CheckConfig::default()
+    };
+    let plain = check(&Snapshot::of(ops(500)), &CheckConfig::default());
+    assert_eq!(plain.stranded.count, 1, "{plain}");
+    let within = check(&Snapshot::of(ops(500)), &marked);
+    assert_eq!(within.stranded.count, 0, "{within}");
+    let past = check(&Snapshot::of(ops(1100)), &marked);
+    assert_eq!(past.stranded.count, 1, "{past}");
+}

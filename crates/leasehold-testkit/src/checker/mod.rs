@@ -32,6 +32,7 @@ pub mod allowance;
 mod beliefs;
 mod exclusion;
 mod report;
+mod restarts;
 mod sessions;
 mod swaps;
 
@@ -56,6 +57,13 @@ pub struct CheckConfig {
     /// backends that end a lease at its TTL). Only the liveness checks (stranded refusals, late
     /// grants) use it; what holders believed is judged by their own TTL as for every backend.
     pub server_hold_floor: Duration,
+    /// How long a writer that waited keeps new readers back after its wait ended without the key:
+    /// MySQL/MariaDB table mode marks the key's row for a second past a waiting writer's last
+    /// attempt (it polls, and the mark must outlast its pause), and a writer that gives up leaves
+    /// the mark to run out. A liveness cost (readers refused with no holder), never an exclusion
+    /// one; only the stranded-refusal check uses it. 0 for the other backends, whose waiting
+    /// writers hold readers back only while they wait.
+    pub writer_mark: Duration,
     /// Examples kept per finding (all are counted).
     pub max_examples: usize,
 }
@@ -65,6 +73,7 @@ impl Default for CheckConfig {
         CheckConfig {
             refusals_may_hold: false,
             server_hold_floor: Duration::ZERO,
+            writer_mark: Duration::ZERO,
             max_examples: 5,
         }
     }
@@ -127,6 +136,7 @@ pub fn check(history: &Snapshot, config: &CheckConfig) -> Report {
     }
     let no_ops = Vec::new();
     r.beliefs = history.beliefs.len();
+    r.held_across_restarts = restarts::held_across(ops, &history.beliefs, &history.restarts);
 
     // (d) bounds.
     for (id, op) in ops.iter().enumerate() {
@@ -288,7 +298,8 @@ pub fn check(history: &Snapshot, config: &CheckConfig) -> Report {
         }
 
         // Refusals: each needs a possible holder whose mode conflicts with it (a shared refusal
-        // also an exclusive request in flight, which readers queue behind). One that only an
+        // also an exclusive request in flight, which readers queue behind, or one that ended
+        // within the backend's `writer_mark`). One that only an
         // acquire of unknown outcome explains is a cost; one that nothing explains is stranded.
         let holds: Vec<Hold> = ids
             .iter()
@@ -313,7 +324,8 @@ pub fn check(history: &Snapshot, config: &CheckConfig) -> Report {
                     (w.kind == OpKind::Acquire && w.mode == Mode::Exclusive
                         || w.kind == OpKind::Promote)
                         && w.invoke <= done_at
-                        && w.complete.is_none_or(|c| c >= op.invoke)
+                        && w.complete
+                            .is_none_or(|c| c + config.writer_mark >= op.invoke)
                 });
             if writer_waiting || holds.iter().filter(blocks).any(|h| h.owned) {
                 continue;

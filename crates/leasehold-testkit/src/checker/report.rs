@@ -59,6 +59,9 @@ pub struct Report {
     pub writes_rejected: usize,
     pub pending: usize,
     pub beliefs: usize,
+    /// Leases granted before a crash and restart of the server with its data and relied on by
+    /// their holder after it (not a violation: the evidence that a durability run tested something).
+    pub held_across_restarts: usize,
     /// The longest call relative to its bound (took − bound, negative as zero).
     pub worst_overrun: Duration,
     /// The least headroom a call left under its bound: how much of the scheduling slack a run used.
@@ -117,8 +120,8 @@ impl fmt::Display for Report {
         write!(
             f,
             "acquired={} restored={} promoted={} demoted={} not_acquired={} unknown={} failed={} lost={} \
-             writes_accepted={} writes_rejected={} pending={} beliefs={} slowest_call={:?} \
-             least_headroom={:?}",
+             writes_accepted={} writes_rejected={} pending={} beliefs={} held_across_restarts={} \
+             slowest_call={:?} least_headroom={:?}",
             self.acquired,
             self.restored,
             self.promoted,
@@ -131,6 +134,7 @@ impl fmt::Display for Report {
             self.writes_rejected,
             self.pending,
             self.beliefs,
+            self.held_across_restarts,
             self.slowest_call,
             self.least_headroom.unwrap_or_default()
         )?;
