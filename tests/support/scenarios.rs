@@ -992,7 +992,7 @@ pub fn mysql(mode: &str, seed: u64, duration: Duration) -> Setup {
     let mut plan = Plan::new(&url, duration, seed);
     let table = mode == "table";
     if table {
-        plan.writer_mark = MYSQL_WRITER_MARK;
+        plan.writer_mark = mysql_writer_mark(&plan);
     } else {
         plan.shared = false;
         plan.swaps = false;
@@ -1028,11 +1028,13 @@ pub fn mysql(mode: &str, seed: u64, duration: Duration) -> Setup {
     }
 }
 
-/// How long MySQL/MariaDB table mode's waiting writer keeps new readers back past its last attempt
-/// (its row's `writer_until` mark), which a writer that gives up leaves to run out: readers are
-/// refused meanwhile with no holder, a liveness cost the README states. Seen once leases last
-/// seconds (the durability run): a writer's wait of at most 300 ms ends while readers hold on.
-const MYSQL_WRITER_MARK: Duration = Duration::from_secs(1);
+/// How long MySQL/MariaDB table mode's waiting writer may keep new readers back past the end of its
+/// wait (its row's `writer_until` mark): the mark ends with the wait as the writer computed it, and
+/// reaches the server up to one attempt's trip later (at most the I/O timeout). Readers refused
+/// meanwhile have no holder, a cost the README states.
+fn mysql_writer_mark(plan: &Plan) -> Duration {
+    plan.io_timeout
+}
 
 /// A database server the test kit runs: it can be stopped and woken, killed and started again on
 /// its data.
@@ -1250,7 +1252,7 @@ pub fn mysql_durable(seed: u64, duration: Duration) -> Setup {
         "--innodb-flush-log-at-trx-commit=2",
     ]));
     let mut plan = durable_plan(&lock(&server).url_with("lock=table"), duration, seed);
-    plan.writer_mark = MYSQL_WRITER_MARK;
+    plan.writer_mark = mysql_writer_mark(&plan);
     let mut catalogue = Catalogue::new();
     let restarts = Restarts::default();
     let (s1, s2) = (server.clone(), server.clone());

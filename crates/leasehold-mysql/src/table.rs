@@ -38,8 +38,9 @@ const SHARED: &str = "X'00000000000000000000000000000000'";
 /// 0.2: size unknown, which binds nobody).
 const SIZE_COLUMN: &str = "permits";
 const SIZE_DEFINITION: &str = "INT UNSIGNED NULL DEFAULT NULL";
-/// How long a waiting writer's mark holds new readers back after its last attempt.
-const WRITER_MARK_US: i64 = 1_000_000;
+/// How long a waiting writer's mark holds new readers back after an attempt, at most: never past
+/// the end of its wait, so a writer that gives up leaves no mark behind to refuse readers.
+const WRITER_MARK: Duration = Duration::from_secs(1);
 
 pub(crate) struct Table {
     main: String,
@@ -105,18 +106,23 @@ impl Table {
             end,
             move |waiting, deadline| match kind {
                 LeaseKind::Permit(n) => self.try_permit(pools, &ask, n, deadline),
-                _ => self.try_lock(pools, &ask, kind == LeaseKind::Shared, waiting, deadline),
+                _ => {
+                    let mark = waiting
+                        .then(|| WRITER_MARK.min(end.saturating_duration_since(Instant::now())));
+                    self.try_lock(pools, &ask, kind == LeaseKind::Shared, mark, deadline)
+                }
             },
         ))
     }
 
-    /// One attempt at an exclusive (or, with `shared`, a shared) lease.
+    /// One attempt at an exclusive (or, with `shared`, a shared) lease; a refused writer that goes
+    /// on waiting marks the key for `mark` (see [`WRITER_MARK`]).
     fn try_lock(
         &self,
         pools: &Pools,
         ask: &Ask,
         shared: bool,
-        waiting: bool,
+        mark: Option<Duration>,
         deadline: Deadline,
     ) -> Result<Turn> {
         let token = Token::generate()?;
@@ -138,12 +144,13 @@ impl Table {
         } else {
             (tok.clone(), format!("{NOW_US} + {ttl}"))
         };
-        let writer = if shared {
-            "writer_until".to_owned()
-        } else if waiting {
-            format!("IF({granted}, 0, GREATEST(writer_until, {NOW_US} + {WRITER_MARK_US}))")
-        } else {
-            format!("IF({granted}, 0, writer_until)")
+        let writer = match mark {
+            _ if shared => "writer_until".to_owned(),
+            Some(mark) => format!(
+                "IF({granted}, 0, GREATEST(writer_until, {NOW_US} + {}))",
+                micros(mark)
+            ),
+            None => format!("IF({granted}, 0, writer_until)"),
         };
         let holders = if shared {
             format!(
