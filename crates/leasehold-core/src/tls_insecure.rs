@@ -1,14 +1,16 @@
 //! `tls_insecure=true`, for the backends that speak TLS through rustls themselves (etcd's gateway
-//! and watches, Redis): one certificate verifier that accepts every certificate and every
-//! handshake signature, so the insecure mode means the same thing everywhere. Behind the `tls`
-//! feature, so core pulls in rustls only for the backends that already have it.
+//! and watches, Redis): one certificate verifier that accepts every certificate, so the insecure
+//! mode means the same thing everywhere. The handshake's signatures are still checked, against the
+//! certificate the server sent, as PostgreSQL's `sslmode=require` does (libpq's meaning): the
+//! connection is encrypted to whoever holds that certificate's key, whoever that is. Behind the
+//! `tls` feature, so core pulls in rustls only for the backends that already have it.
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::WebPkiSupportedAlgorithms;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 
-/// Accepts every certificate (each backend says so in its log): encrypted, nothing verified.
+/// Accepts every certificate (each backend says so in its log): encrypted, the server not verified.
 #[derive(Debug)]
 pub struct NoVerification {
     /// The signature schemes offered to the server: the provider's own.
@@ -35,20 +37,20 @@ impl ServerCertVerifier for NoVerification {
 
     fn verify_tls12_signature(
         &self,
-        _message: &[u8],
-        _cert: &CertificateDer<'_>,
-        _dss: &DigitallySignedStruct,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Ok(HandshakeSignatureValid::assertion())
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.supported)
     }
 
     fn verify_tls13_signature(
         &self,
-        _message: &[u8],
-        _cert: &CertificateDer<'_>,
-        _dss: &DigitallySignedStruct,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Ok(HandshakeSignatureValid::assertion())
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.supported)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
