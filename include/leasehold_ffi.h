@@ -586,6 +586,19 @@ void leasehold_lease_free(struct leasehold_lease *lease);
 void leasehold_lease_detach(struct leasehold_lease *lease);
 
 /**
+ * Stops background renewal (`leasehold_lease_keep_alive`) of every lease of this process that has
+ * it on, and returns how many it stopped. For hosts that run one request at a time in a
+ * long-lived process and end each request's leases themselves (PHP under php-fpm): called as a
+ * request begins, it stops the renewal of leases an earlier request never ended (PHP ran neither
+ * its destructors nor its shutdown function after a fatal error), which then end within their
+ * TTL. Nothing is released, and the handles stay valid. Makes no network call.
+ *
+ * Call it only while no other thread uses a lease of this process; in a fork() child it touches
+ * none of the parent's leases.
+ */
+size_t leasehold_keep_alive_stop_all(void);
+
+/**
  * The client's counters and histograms as one JSON object (a snapshot; makes no network call):
  *
  * `{"acquire_attempts":N,"acquired":N,"not_acquired":N,"releases_ok":N,"releases_lost":N,`
@@ -709,16 +722,3 @@ enum leasehold_status leasehold_once_done(struct leasehold_lease *lease,
                                           const char *result,
                                           size_t result_len,
                                           uint64_t keep_for_ms);
-
-/**
- * Stops background renewal (`leasehold_lease_keep_alive`) of every lease of this process that has
- * it on, and returns how many it stopped. For hosts that run one request at a time in a
- * long-lived process and end each request's leases themselves (PHP under php-fpm): called as a
- * request begins, it stops the renewal of leases an earlier request never ended (PHP ran neither
- * its destructors nor its shutdown function after a fatal error), which then end within their
- * TTL. Nothing is released, and the handles stay valid. Makes no network call.
- *
- * Call it only while no other thread uses a lease of this process; in a fork() child it touches
- * none of the parent's leases.
- */
-size_t leasehold_keep_alive_stop_all(void);

@@ -139,6 +139,8 @@ void leasehold_lease_free(struct leasehold_lease *lease);
 
 void leasehold_lease_detach(struct leasehold_lease *lease);
 
+size_t leasehold_keep_alive_stop_all(void);
+
 const char *leasehold_client_stats_json(const struct leasehold_client *client);
 
 uint64_t leasehold_client_retries(const struct leasehold_client *client);
@@ -165,5 +167,3 @@ enum leasehold_status leasehold_once_done(struct leasehold_lease *lease,
                                           const char *result,
                                           size_t result_len,
                                           uint64_t keep_for_ms);
-
-size_t leasehold_keep_alive_stop_all(void);

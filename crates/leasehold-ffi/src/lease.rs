@@ -384,3 +384,29 @@ pub unsafe extern "C" fn leasehold_lease_detach(lease: *mut leasehold_lease) {
         handle.lease.forget();
     });
 }
+
+/// Stops background renewal (`leasehold_lease_keep_alive`) of every lease of this process that has
+/// it on, and returns how many it stopped. For hosts that run one request at a time in a
+/// long-lived process and end each request's leases themselves (PHP under php-fpm): called as a
+/// request begins, it stops the renewal of leases an earlier request never ended (PHP ran neither
+/// its destructors nor its shutdown function after a fatal error), which then end within their
+/// TTL. Nothing is released, and the handles stay valid. Makes no network call.
+///
+/// Call it only while no other thread uses a lease of this process; in a fork() child it touches
+/// none of the parent's leases.
+#[no_mangle]
+pub extern "C" fn leasehold_keep_alive_stop_all() -> usize {
+    boundary::value("leasehold_keep_alive_stop_all", 0, || {
+        let addresses = crate::renewed::drain();
+        let mut stopped = 0;
+        for address in addresses {
+            // SAFETY: a handle leaves the list when it is freed or detached, so this one is live;
+            // the caller promises no other thread uses it now.
+            let handle = unsafe { &*(address as *const leasehold_lease) };
+            if handle.lease.keeps_alive() && handle.lease.keep_alive(false).is_ok() {
+                stopped += 1;
+            }
+        }
+        Ok(stopped)
+    })
+}

@@ -55,3 +55,56 @@ pub extern "C" fn leasehold_version() -> *const c_char {
 pub extern "C" fn leasehold_last_error() -> *const c_char {
     last_error::as_ptr()
 }
+
+/// What a php-fpm worker's next request relies on: `leasehold_keep_alive_stop_all` (in `lease.rs`)
+/// reaches the handles `renewed.rs` lists, and never a freed one.
+#[cfg(test)]
+mod renewed_tests {
+    use crate::client::{leasehold_client_free, leasehold_client_open, leasehold_try_acquire};
+    use crate::handle::leasehold_client;
+    use crate::lease::{
+        leasehold_keep_alive_stop_all, leasehold_lease_free, leasehold_lease_keep_alive,
+        leasehold_lease_remaining_ms,
+    };
+    use crate::status::leasehold_status;
+    use leasehold_testkit::TempDir;
+    use std::ffi::CString;
+    use std::time::Duration;
+
+    #[test]
+    fn stopped_leases_are_no_longer_renewed_and_freed_ones_are_never_touched() {
+        let dir = TempDir::new("ffi-renewed");
+        let url = CString::new(format!("file://{}", dir.path().display())).unwrap();
+        let mut client: *mut leasehold_client = std::ptr::null_mut();
+        // SAFETY: valid pointers throughout; each lease is used by this thread only.
+        unsafe {
+            assert_eq!(
+                leasehold_client_open(url.as_ptr(), &mut client),
+                leasehold_status::LEASEHOLD_OK
+            );
+            let take = |key: &str| {
+                let mut lease = std::ptr::null_mut();
+                let status =
+                    leasehold_try_acquire(client, key.as_ptr().cast(), key.len(), 300, &mut lease);
+                assert_eq!(status, leasehold_status::LEASEHOLD_OK);
+                assert_eq!(
+                    leasehold_lease_keep_alive(lease, true),
+                    leasehold_status::LEASEHOLD_OK
+                );
+                lease
+            };
+            let leaked = take("leaked");
+            let freed = take("freed");
+            leasehold_lease_free(freed);
+            assert_eq!(leasehold_keep_alive_stop_all(), 1, "only the live lease");
+            assert_eq!(leasehold_keep_alive_stop_all(), 0, "nothing left to stop");
+            std::thread::sleep(Duration::from_millis(600));
+            assert!(
+                leasehold_lease_remaining_ms(leaked) <= 0,
+                "no longer renewed: it ran out its 300 ms TTL"
+            );
+            leasehold_lease_free(leaked);
+            leasehold_client_free(client);
+        }
+    }
+}
