@@ -5,8 +5,9 @@
 //!
 //! - `keys_{1k,10k,100k,1m}`: an acquire and a release of a fresh key on a server holding that many
 //!   other leases, beside the same on an empty server (the floor);
-//! - `permits_{10,100,1000}`: a permit acquire + release on a semaphore of 65,535 that many others
-//!   hold, beside one that 1 other holds;
+//! - `permits_{10,100,127,129,1000}`: a permit acquire + release on a semaphore of 65,535 that many
+//!   others hold, beside one that 1 other holds (127 and 129: either side of the 128 members up to
+//!   which Redis keeps a sorted set as a flat list);
 //! - `waiters_{80,256,800}`: the server's work per handoff while that many waiters queue on one key
 //!   (each takes the key, releases it at once and queues again), beside the same with 8 waiters;
 //! - `memory`: `used_memory` per lease held (taken the ordinary way), and per permit held.
@@ -243,7 +244,7 @@ fn permits_rows(rows: &mut Vec<Row>) {
             .release()
             .unwrap();
     };
-    for n in [10usize, 100, 1_000] {
+    for n in [10usize, 100, 127, 129, 1_000] {
         let key = unique_key(&format!("scale-sem-{n}"));
         held.clear();
         for _ in 0..n {
