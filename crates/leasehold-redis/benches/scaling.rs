@@ -8,7 +8,7 @@
 //! - `permits_{10,100,127,129,1000}`: a permit acquire + release on a semaphore of 65,535 that many
 //!   others hold, beside one that 1 other holds (127 and 129: either side of the 128 members up to
 //!   which Redis keeps a sorted set as a flat list);
-//! - `waiters_{80,256,800}`: the server's work per handoff while that many waiters queue on one key
+//! - `waiters_{80,120,140,256,800}`: the server's work per handoff while that many waiters queue on one key
 //!   (each takes the key, releases it at once and queues again), beside the same with 8 waiters;
 //! - `memory`: `used_memory` per lease held (taken the ordinary way), and per permit held.
 //!
@@ -336,7 +336,7 @@ fn waiters_rows(rows: &mut Vec<Row>) {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(3.0);
-    for n in [80usize, 256, 800] {
+    for n in [80usize, 120, 140, 256, 800] {
         let (mut work, mut cpu, mut script) = (Vec::new(), Vec::new(), Vec::new());
         let mut rates = (Vec::new(), Vec::new());
         let mut calls = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
