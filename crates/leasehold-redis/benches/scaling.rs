@@ -269,8 +269,9 @@ fn permits_rows(rows: &mut Vec<Row>) {
 /// What `waiters` threads queued on one key cost the server per handoff over `secs`: each takes
 /// the key, releases it at once and queues again, so the queue stays `waiters - 1` long. Returns the
 /// server's commandstats µs per handoff, its process CPU µs per handoff, µs per script call, the
-/// handoffs per second, and script calls and `BLPOP`s per handoff.
-fn handoff_round(server: &RedisServer, lock: &Arc<Client>, waiters: usize, secs: f64) -> [f64; 6] {
+/// handoffs per second, script calls and `BLPOP`s per handoff, and the queue's median length and
+/// the share of samples that found it a listpack.
+fn handoff_round(server: &RedisServer, lock: &Arc<Client>, waiters: usize, secs: f64) -> [f64; 8] {
     let key = unique_key("scale-handoff");
     let stop = Arc::new(AtomicBool::new(false));
     let count = Arc::new(AtomicU64::new(0));
@@ -296,7 +297,34 @@ fn handoff_round(server: &RedisServer, lock: &Arc<Client>, waiters: usize, secs:
         count.load(Ordering::Relaxed),
         Instant::now(),
     );
-    std::thread::sleep(Duration::from_secs_f64(secs));
+    // The queue's length and encoding, sampled through the window: the key ends in `}q:<key>`.
+    let found = server.command(&[
+        b"SCAN",
+        b"0",
+        b"MATCH",
+        format!("*}}q:{key}").as_bytes(),
+        b"COUNT",
+        b"100000",
+    ]);
+    let queue = found.lines().find(|l| l.contains("}q:")).map(str::to_owned);
+    let (mut lengths, mut listpacks) = (Vec::new(), 0);
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_secs_f64(secs / 10.0));
+        if let Some(q) = &queue {
+            lengths.push(info_number(&server.command(&[b"ZCARD", q.as_bytes()]), ":"));
+            if server
+                .command(&[b"OBJECT", b"ENCODING", q.as_bytes()])
+                .contains("listpack")
+            {
+                listpacks += 1;
+            }
+        }
+    }
+    let queue_len = if lengths.is_empty() {
+        0.0
+    } else {
+        median(lengths)
+    };
     let usec = server.busy_usec();
     let stats = server.command(&[b"INFO", b"commandstats"]);
     let (cpu, n, elapsed) = (
@@ -325,6 +353,8 @@ fn handoff_round(server: &RedisServer, lock: &Arc<Client>, waiters: usize, secs:
         n / elapsed,
         field("evalsha", "calls=") / n,
         field("blpop", "calls=") / n,
+        queue_len,
+        f64::from(listpacks) / 10.0,
     ]
 }
 
@@ -340,6 +370,7 @@ fn waiters_rows(rows: &mut Vec<Row>) {
         let (mut work, mut cpu, mut script) = (Vec::new(), Vec::new(), Vec::new());
         let mut rates = (Vec::new(), Vec::new());
         let mut calls = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut queue = (Vec::new(), Vec::new());
         for _ in 0..3 {
             let f = handoff_round(&server, &lock, n, secs);
             let e = handoff_round(&server, &lock, 8, secs);
@@ -352,16 +383,20 @@ fn waiters_rows(rows: &mut Vec<Row>) {
             calls.1.push(f[5]);
             calls.2.push(e[4]);
             calls.3.push(e[5]);
+            queue.0.push(f[6]);
+            queue.1.push(f[7]);
         }
         let note = format!(
             "{n} waiters on one key vs 8; {:.0} vs {:.0} handoffs/s; per handoff {:.2} vs {:.2} \
-             scripts and {:.2} vs {:.2} BLPOPs",
+             scripts and {:.2} vs {:.2} BLPOPs; queue {:.0} long, a listpack in {:.0} % of samples",
             median(rates.0),
             median(rates.1),
             median(calls.0),
             median(calls.2),
             median(calls.1),
-            median(calls.3)
+            median(calls.3),
+            median(queue.0),
+            median(queue.1) * 100.0
         );
         rows.push(Row::new(
             &format!("waiters_{n}/handoff"),
