@@ -62,7 +62,8 @@ pub fn criterion_home() -> PathBuf {
     target.join("criterion")
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// The middle value (the upper of the two middle ones for an even count).
+pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }

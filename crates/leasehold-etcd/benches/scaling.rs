@@ -19,6 +19,8 @@
 #[path = "../../../tests/support/paired.rs"]
 mod paired;
 
+use paired::median;
+
 use base64::Engine;
 use leasehold_core::{Client, Config, Lease};
 use leasehold_etcd::EtcdBackend;
@@ -32,11 +34,6 @@ const PREFIX: &str = "scale:";
 
 fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// The pid of the process whose command line names `127.0.0.1:<port>` among etcd's, found in /proc.

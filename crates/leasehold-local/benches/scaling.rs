@@ -13,6 +13,8 @@
 #[path = "../../../tests/support/paired.rs"]
 mod paired;
 
+use paired::median;
+
 use leasehold_core::{Client, Config, Lease};
 use leasehold_local::LocalBackend;
 use leasehold_testkit::TempDir;
@@ -41,11 +43,6 @@ fn thread_cpu_us() -> f64 {
         0
     );
     t.tv_sec as f64 * 1e6 + t.tv_nsec as f64 / 1e3
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// CPU µs per acquire of `PER_ROUND` fresh keys, then per release of them.

@@ -16,6 +16,8 @@
 #[path = "../../../tests/support/paired.rs"]
 mod paired;
 
+use paired::median;
+
 use leasehold_core::{Client, Config, Lease};
 use leasehold_postgres::PostgresBackend;
 use leasehold_testkit::{unique_key, PostgresServer};
@@ -29,11 +31,6 @@ const TABLE: &str = "scale_locks";
 fn client(url: &str) -> Client {
     let config = Config::parse(url).unwrap_or_else(|e| panic!("{url}: {e}"));
     Client::new(PostgresBackend::connect(&config).unwrap_or_else(|e| panic!("connect {url}: {e}")))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// A server, its lock client and a connection that reads its counters.

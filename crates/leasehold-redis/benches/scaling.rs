@@ -20,6 +20,8 @@
 #[path = "../../../tests/support/paired.rs"]
 mod paired;
 
+use paired::median;
+
 use leasehold_core::{Client, Config};
 use leasehold_redis::RedisBackend;
 use leasehold_testkit::{unique_key, RedisServer};
@@ -48,11 +50,6 @@ fn info_number(reply: &str, field: &str) -> f64 {
 
 fn used_memory(server: &RedisServer) -> f64 {
     info_number(&server.command(&[b"INFO", b"memory"]), "used_memory:")
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// One row: the median over rounds of the figure's and the floor's server µs per operation, and of
