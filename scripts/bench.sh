@@ -4,6 +4,7 @@
 #   scripts/bench.sh            # about 5 minutes after the release build
 #   PERF_SECS=10 scripts/bench.sh   # longer handoff and load rows
 #   PERF_PIN=1 scripts/bench.sh     # criterion benches and compare.php's cycle rounds pinned to CPU 0 with their servers
+#   PERF_SCALING=1 scripts/bench.sh # also the scaling rows (keys held up to 1 M, waiters, permits: 30+ minutes)
 #
 # Builds in release, runs `cargo bench` of every backend crate (criterion: each figure and its floor in
 # the same run), then examples/perf_run.rs (handoff across processes, `leasehold bench` under load next
@@ -50,6 +51,16 @@ echo "== cargo bench (criterion)" >&2
 pin=()
 if [ "${PERF_PIN:-0}" = 1 ]; then pin=(taskset -c 0); fi
 "${pin[@]}" cargo bench --locked -p leasehold-redis -p leasehold-postgres -p leasehold-mysql -p leasehold-local -p leasehold-etcd --bench cycle
+
+if [ "${PERF_SCALING:-0}" = 1 ]; then
+    # Each backend's `scaling` bench prints its rows beside their floors and writes
+    # target/criterion/scaling/<backend>.json; docs/perf/scaling.md says what they showed.
+    echo "== scaling: keys held, waiters, permits (benches/scaling.rs)" >&2
+    rm -rf "$CRITERION_HOME/scaling"
+    for crate in redis postgres mysql local etcd; do
+        cargo bench --locked -p "leasehold-$crate" --bench scaling
+    done
+fi
 
 echo "== handoff and load (examples/perf_run.rs, ${secs} s per row)" >&2
 LEASEHOLD_BIN=target/release/leasehold target/release/examples/perf_run "$out/custom.json" "$secs"
