@@ -1214,32 +1214,14 @@ pub fn redis_aof(seed: u64, duration: Duration) -> Setup {
 /// the host loses, which this test cannot do; a crash of the server loses what was not yet
 /// written, which `synchronous_commit` decides.
 pub fn postgres_durable(seed: u64, duration: Duration) -> Setup {
-    let server = shared(PostgresServer::start_with_settings(&[
-        "synchronous_commit=off",
-        "wal_writer_delay=10s",
-    ]));
-    let plan = durable_plan(&lock(&server).url_with("lock=table"), duration, seed);
-    let mut catalogue = Catalogue::new();
-    let restarts = Restarts::default();
-    let (s1, s2) = (server.clone(), server.clone());
-    crash_restart_with_data(
-        &mut catalogue,
+    let server =
+        PostgresServer::start_with_settings(&["synchronous_commit=off", "wal_writer_delay=10s"]);
+    let url = server.url_with("lock=table");
+    sql_durable(
+        server,
+        durable_plan(&url, duration, seed),
         "crash postgres (immediate shutdown), restart at once on its data",
-        Duration::from_secs(4),
-        &restarts,
-        move || lock(&s1).kill(),
-        move || {
-            lock(&s2).start_again();
-            String::new()
-        },
-    );
-    Setup {
-        plan,
-        catalogue,
-        keep: vec![Box::new(server)],
-        session_ends: SessionEnds::default(),
-        restarts,
-    }
+    )
 }
 
 /// MariaDB table mode with `innodb_flush_log_at_trx_commit=2` (the log written to the OS at every
@@ -1248,17 +1230,22 @@ pub fn postgres_durable(seed: u64, duration: Duration) -> Setup {
 /// must find nothing. (MariaDB 10.11 kept every committed row through kill -9 even with `0`, so
 /// this run cannot be broken by the setting there.)
 pub fn mysql_durable(seed: u64, duration: Duration) -> Setup {
-    let server = shared(MariaDbServer::start_with_options(&[
-        "--innodb-flush-log-at-trx-commit=2",
-    ]));
-    let mut plan = durable_plan(&lock(&server).url_with("lock=table"), duration, seed);
+    let server = MariaDbServer::start_with_options(&["--innodb-flush-log-at-trx-commit=2"]);
+    let mut plan = durable_plan(&server.url_with("lock=table"), duration, seed);
     plan.writer_mark = mysql_writer_mark(&plan);
+    sql_durable(server, plan, "kill -9 mariadb, restart at once on its data")
+}
+
+/// An SQL server's durability run: its one fault, `name`, crashes it every 4 s and starts it
+/// again at once on its data (see [`crash_restart_with_data`]).
+fn sql_durable<S: DatabaseServer>(server: S, plan: Plan, name: &str) -> Setup {
+    let server = shared(server);
     let mut catalogue = Catalogue::new();
     let restarts = Restarts::default();
     let (s1, s2) = (server.clone(), server.clone());
     crash_restart_with_data(
         &mut catalogue,
-        "kill -9 mariadb, restart at once on its data",
+        name,
         Duration::from_secs(4),
         &restarts,
         move || lock(&s1).kill(),
