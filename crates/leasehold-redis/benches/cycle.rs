@@ -102,15 +102,6 @@ impl Raw {
 /// ever taken dwarfs what is kept per server.
 const FRESH_KEYS: u32 = 20_000;
 
-/// A number from the reply to `INFO` or a command answering an integer (`:n`).
-fn info_number(reply: &str, field: &str) -> f64 {
-    reply
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {field} in {reply:?}"))
-}
-
 /// What a released fresh key leaves on the server: `DBSIZE` and `INFO memory`'s `used_memory`
 /// before and after [`FRESH_KEYS`] fresh cycles on a server of their own, per key.
 fn fresh_keys_left() {
@@ -120,8 +111,8 @@ fn fresh_keys_left() {
     paired::fresh_cycle(&lock, "bench-fresh-warm", TTL)();
     let measure = || {
         (
-            info_number(&server.command(&[b"DBSIZE"]), ":"),
-            info_number(&server.command(&[b"INFO", b"memory"]), "used_memory:"),
+            server.number(&[b"DBSIZE"], ":"),
+            server.number(&[b"INFO", b"memory"], "used_memory:"),
         )
     };
     let (keys_before, bytes_before) = measure();

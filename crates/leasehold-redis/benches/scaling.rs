@@ -40,16 +40,8 @@ fn client(url: &str) -> Client {
     Client::new(RedisBackend::connect(&config).unwrap_or_else(|e| panic!("connect {url}: {e}")))
 }
 
-fn info_number(reply: &str, field: &str) -> f64 {
-    reply
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {field} in {reply:?}"))
-}
-
 fn used_memory(server: &RedisServer) -> f64 {
-    info_number(&server.command(&[b"INFO", b"memory"]), "used_memory:")
+    server.number(&[b"INFO", b"memory"], "used_memory:")
 }
 
 /// One row: the median over rounds of the figure's and the floor's server µs per operation, and of
@@ -193,7 +185,7 @@ fn keys_rows(rows: &mut Vec<Row>) {
         }
         fill(&full, held, n);
         held = n;
-        let dbsize = info_number(&full.command(&[b"DBSIZE"]), ":");
+        let dbsize = full.number(&[b"DBSIZE"], ":");
         let (mut acq, mut rel, mut set, mut del) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..ROUNDS {
             let f = acquire_release_us(&full, &on_full, "scale-fresh");
@@ -308,7 +300,7 @@ fn handoff_round(server: &RedisServer, lock: &Arc<Client>, waiters: usize, secs:
     for _ in 0..10 {
         std::thread::sleep(Duration::from_secs_f64(secs / 10.0));
         if let Some(q) = &queue {
-            lengths.push(info_number(&server.command(&[b"ZCARD", q.as_bytes()]), ":"));
+            lengths.push(server.number(&[b"ZCARD", q.as_bytes()], ":"));
             if server
                 .command(&[b"OBJECT", b"ENCODING", q.as_bytes()])
                 .contains("listpack")

@@ -418,6 +418,17 @@ impl RedisServer {
         );
     }
 
+    /// The number after `field` in the reply to `args`: an `INFO` field (`"used_memory:"`) or an
+    /// integer reply (`":"`). Panics if there is none.
+    pub fn number(&self, args: &[&[u8]], field: &str) -> f64 {
+        let reply = self.command(args);
+        reply
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {field} in {reply:?}"))
+    }
+
     /// Zeroes the server's command statistics, which [`RedisServer::busy_usec`] reads.
     pub fn reset_stats(&self) {
         self.command(&[b"CONFIG", b"RESETSTAT"]);
