@@ -298,11 +298,12 @@ fn an_old_master_back_after_a_failover_does_not_make_a_standing_lease_lost() {
     // 3 s failover timeout the Sentinels may give up reconfiguring and fail over again, naming
     // for a while a master that is a replica by then. The point is the old master's word, below.
     assert!(
-        leasehold_testkit::wait_until(Duration::from_secs(60), || settled(&group, Some(old))
+        leasehold_testkit::wait_until(Duration::from_secs(60), || group
+            .settled_master(Some(old))
             .is_some()),
         "no failover settled: a master the Sentinels name, with a replica following it"
     );
-    let new = settled(&group, Some(old)).expect("settled");
+    let new = group.settled_master(Some(old)).expect("settled");
     group.server_mut(old).restart();
     let back = &group.servers()[0];
     assert!(back.command(&[b"ROLE"]).contains("master"));
@@ -352,11 +353,13 @@ fn an_old_master_back_after_a_failover_does_not_make_a_standing_lease_lost() {
     // Looked up again, as the client does: the Sentinels may have failed over once more since
     // (the lease stands through that too, with `replicas=1`).
     assert!(
-        leasehold_testkit::wait_until(Duration::from_secs(30), || settled(&group, None).is_some()),
+        leasehold_testkit::wait_until(Duration::from_secs(30), || group
+            .settled_master(None)
+            .is_some()),
         "no settled master: {}",
         describe(&group, &lock)
     );
-    let master = settled(&group, None).expect("settled");
+    let master = group.settled_master(None).expect("settled");
     if master != new {
         eprintln!("sentinel: the master moved again, {new} -> {master}");
     }
@@ -388,28 +391,6 @@ fn an_old_master_back_after_a_failover_does_not_make_a_standing_lease_lost() {
         describe(&group, &lock)
     );
     assert!(lease.remaining().is_zero());
-}
-
-/// The master every Sentinel names, if it is not `down` (a server killed), says it is one, and
-/// every other server (but `down`) follows it with its link up.
-fn settled(group: &RedisSentinel, down: Option<u16>) -> Option<u16> {
-    let p = group.master_port().filter(|p| Some(*p) != down)?;
-    let service = group.service().as_bytes();
-    let named = group.sentinels().iter().all(|s| {
-        let reply = s.command(&[b"SENTINEL", b"get-master-addr-by-name", service]);
-        reply.lines().any(|l| l.trim() == p.to_string())
-    });
-    let master = group.servers().iter().find(|s| s.port() == p)?;
-    let follows = format!("master_port:{p}");
-    let others_follow = group
-        .servers()
-        .iter()
-        .filter(|s| s.port() != p && Some(s.port()) != down)
-        .all(|s| {
-            let info = s.command(&[b"INFO", b"replication"]);
-            info.contains(&follows) && info.contains("master_link_status:up")
-        });
-    (named && master.command(&[b"ROLE"]).contains("master") && others_follow).then_some(p)
 }
 
 /// What each server and Sentinel says, for a failure's message.

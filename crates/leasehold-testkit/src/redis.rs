@@ -1019,6 +1019,29 @@ impl RedisSentinel {
             .find_map(|s| sentinel_info(s).map(|(port, _, _)| port))
     }
 
+    /// The master every running Sentinel names, once the failover is carried through: it is not
+    /// `down` (a server killed), it says it is a master, and every other server but `down`
+    /// follows it with its link up. `None` until then.
+    pub fn settled_master(&self, down: Option<u16>) -> Option<u16> {
+        let p = self.master_port().filter(|p| Some(*p) != down)?;
+        let named = self
+            .sentinels
+            .iter()
+            .filter(|s| s.is_running())
+            .all(|s| sentinel_info(s).is_some_and(|(named, _, _)| named == p));
+        let master = self.servers.iter().find(|s| s.port() == p)?;
+        let follows = format!("master_port:{p}");
+        let others_follow = self
+            .servers
+            .iter()
+            .filter(|s| s.port() != p && Some(s.port()) != down)
+            .all(|s| {
+                let info = s.command(&[b"INFO", b"replication"]);
+                info.contains(&follows) && info.contains("master_link_status:up")
+            });
+        (named && others_follow && master.command(&[b"ROLE"]).contains("master")).then_some(p)
+    }
+
     /// Until every Sentinel names `port` as the master (after a failover).
     pub fn wait_master(&self, port: u16, limit: Duration) -> bool {
         wait_until(limit, || {
